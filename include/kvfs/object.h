@@ -1,0 +1,73 @@
+// The persistent object model shared by the engine (which stores and journals it) and the fs
+// layer (which builds the directory tree from it). One ObjectRecord per file, directory or
+// symlink; the namespace is the set of (parent, name) pairs in these records.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvfs {
+
+using ObjectId = uint64_t;
+constexpr ObjectId kInvalidId = 0;
+constexpr ObjectId kRootId = 1;  // the root directory always exists and is never journaled
+
+enum class Codec : uint8_t { kNone = 0, kLz4 = 1 };
+
+// One stored segment of a chunk: a 4 KiB-aligned extent on one device. The checksum covers the
+// stored (possibly compressed) bytes, so it is checked before decompression.
+struct Segment {
+  uint16_t device = 0;       // index into the engine's device list
+  Codec codec = Codec::kNone;
+  uint64_t offset = 0;       // byte offset on the device, 4 KiB aligned
+  uint32_t stored_len = 0;   // bytes of payload on the device (extent is this rounded up to 4 KiB)
+  uint32_t raw_len = 0;      // bytes after decoding
+  uint64_t checksum = 0;     // XXH3_64bits of the stored payload
+};
+
+// The immutable content of one published file version. Segments are in file order; every
+// segment but the last holds exactly the engine's segment size of raw bytes.
+struct Layout {
+  uint64_t size = 0;
+  std::vector<Segment> segments;
+};
+
+// A Layout is shared by the index and by every open reader. Its extents return to the allocator
+// only when the last reference goes away (and the journal no longer names them), which is what
+// keeps unlinked-but-open and evicted-but-open files readable.
+using LayoutRef = std::shared_ptr<const Layout>;
+
+enum class ObjectType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
+
+enum ObjectFlags : uint32_t {
+  kFlagPinned = 1u << 0,  // never evicted
+};
+
+struct Timespec64 {
+  int64_t sec = 0;
+  int64_t nsec = 0;
+};
+
+struct ObjectRecord {
+  ObjectId id = kInvalidId;
+  ObjectId parent = kInvalidId;
+  std::string name;
+  ObjectType type = ObjectType::kFile;
+  uint32_t mode = 0;  // permission bits only (07777); the type is in `type`
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  Timespec64 atime, mtime, ctime;
+  uint32_t flags = 0;
+  std::string symlink_target;  // kSymlink only
+  ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
+  LayoutRef layout;                     // kFile only; null means empty file
+
+  uint64_t size() const {
+    if (type == ObjectType::kSymlink) return symlink_target.size();
+    return layout ? layout->size : 0;
+  }
+};
+
+}  // namespace kvfs
