@@ -362,7 +362,7 @@ class Ctx:
         return 1 if n_fail else 0
 
 
-def main(name, scenario, capacity="2G"):
+def main(name, scenario, capacity="1G"):
     """Entry point of every connector script: run `scenario(ctx)` on a plain directory or on a
     fresh kvfs mount, then clean up."""
     ap = argparse.ArgumentParser(description=f"replay of the {name} connector's file I/O")
@@ -390,6 +390,10 @@ def main(name, scenario, capacity="2G"):
         return 2
     with KvfsMount(capacity=capacity) as m:
         ctx = Ctx(name, os.path.join(m.mnt, name), mount=m)
-        scenario(ctx)
-        code = ctx.summary()
+        try:
+            scenario(ctx)
+        finally:
+            code = ctx.summary()
+            if code:
+                print(f"--- kvfs log tail ({m.log_path}) ---\n{m.log_tail(3000)}", flush=True)
     return code
