@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs the whole test suite (unit, integration, connector
+# patterns) with ctest. Exits non-zero when anything fails. Works from any directory, as root.
+#   KVFS_BUILD_DIR        build directory (default: build/)
+#   CTEST_PARALLEL_LEVEL  ctest jobs (default: 1); extra arguments go to ctest, e.g. -R integration
+set -euo pipefail
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+BUILD_DIR=${KVFS_BUILD_DIR:-build}
+
+bash scripts/install-deps.sh
+bash scripts/build.sh
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 "$@"
+echo "test: all tests passed"
