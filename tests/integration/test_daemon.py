@@ -1,0 +1,212 @@
+"""The kvfs and kvfsctl command lines and the daemon's life cycle: --help, --version, bad
+arguments, daemonizing, stopping by fusermount3 -u and by SIGTERM, the status file, kvfsctl on a
+mount and on paths that are not kvfs mounts."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from kvfs_testlib import (REPO_ROOT, KvfsMount, _is_mounted, _pid_alive, chunk_bytes,
+                          default_kvfs_bin, default_kvfsctl_bin, file_matches,
+                          write_file_atomic)
+
+MiB = 1024 * 1024
+
+
+def project_version():
+    text = (REPO_ROOT / "CMakeLists.txt").read_text()
+    return re.search(r"project\(kvfs\s+VERSION\s+([0-9.]+)", text).group(1)
+
+
+def run(argv, timeout=30):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+class CommandLine(unittest.TestCase):
+    def setUp(self):
+        self.kvfs = default_kvfs_bin()
+        self.kvfsctl = default_kvfsctl_bin()
+        self.tmp = tempfile.mkdtemp(prefix="kvfs-cli-")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        self.data = os.path.join(self.tmp, "data")
+        os.mkdir(self.mnt)
+        os.mkdir(self.data)
+        self.addCleanup(self._cleanup)
+
+    def _cleanup(self):
+        # A command that wrongly mounted must not leave the mount behind.
+        if _is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-u", self.mnt])
+        if not _is_mounted(self.mnt):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_help(self):
+        r = run([self.kvfs, "--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = r.stdout + r.stderr
+        self.assertRegex(text.lower(), r"usage")
+        for opt in ("--data", "--capacity", "--device", "--durability", "--compress"):
+            self.assertIn(opt, text)
+        r = run([self.kvfsctl, "--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("status", r.stdout + r.stderr)
+
+    def test_version(self):
+        for binary in (self.kvfs, self.kvfsctl):
+            r = run([binary, "--version"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(project_version(), r.stdout + r.stderr)
+
+    def test_bad_arguments_exit_2(self):
+        cases = [
+            [],                                                      # no mountpoint
+            [self.mnt, "--no-such-option"],
+            [self.mnt, "--data", self.data, "--capacity", "lots"],
+            [self.mnt, "--data", self.data, "--capacity", "12Q"],
+            [self.mnt, "--data", self.data, "--durability", "sometimes"],
+            [self.mnt, "--data", self.data, "--compress", "zip"],
+            [self.mnt, "--data", self.data, "--capacity"],            # missing value
+        ]
+        for args in cases:
+            with self.subTest(args=args):
+                r = run([self.kvfs, *args])
+                self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+                self.assertTrue(r.stderr.strip(), "no message on stderr")
+                self.assertFalse(_is_mounted(self.mnt))
+
+    def test_missing_mountpoint_fails(self):
+        r = run([self.kvfs, os.path.join(self.tmp, "does-not-exist"), "--data", self.data,
+                 "--capacity", "64M"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertTrue(r.stderr.strip(), "no message on stderr")
+
+    def test_kvfsctl_not_a_kvfs_mount(self):
+        plain = os.path.join(self.tmp, "plain-file")
+        with open(plain, "w") as f:
+            f.write("x")
+        for args in (["status", self.tmp], ["status", "/"], ["status", self.tmp, "--json"],
+                     ["stat", plain], ["stat", plain, "--json"],
+                     ["stat", os.path.join(self.tmp, "missing")]):
+            with self.subTest(args=args):
+                r = run([self.kvfsctl, *args])
+                self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+                self.assertTrue(r.stderr.strip(), "no message on stderr")
+
+    def test_kvfsctl_bad_usage(self):
+        for args in ([], ["no-such-command"], ["status"]):
+            with self.subTest(args=args):
+                r = run([self.kvfsctl, *args])
+                self.assertNotEqual(r.returncode, 0)
+                self.assertTrue((r.stderr + r.stdout).strip())
+
+
+class Lifecycle(unittest.TestCase):
+    def test_fusermount_stops_daemon(self):
+        with KvfsMount(capacity="128M") as m:
+            pid = m.pid
+            write_file_atomic(m.path("a"), chunk_bytes("a", 2 * MiB))
+            rc = m.unmount()
+            self.assertEqual(rc, 0, m.log_tail())
+            self.assertFalse(_pid_alive(pid))
+            self.assertFalse(_is_mounted(m.mnt))
+            m.start()
+            self.assertTrue(file_matches(m.path("a"), "a", 2 * MiB))
+
+    def test_sigterm_stops_cleanly(self):
+        with KvfsMount(capacity="128M") as m:
+            write_file_atomic(m.path("a"), chunk_bytes("a", 3 * MiB))
+            os.makedirs(m.path("x", "y"))
+            write_file_atomic(m.path("x", "y", "b"), chunk_bytes("b", 100))
+            rc = m.terminate()
+            self.assertEqual(rc, 0, f"exit status {rc}\n{m.log_tail()}")
+            self.assertFalse(_is_mounted(m.mnt), "SIGTERM left the mount behind")
+            m.start()
+            self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
+            self.assertTrue(file_matches(m.path("x", "y", "b"), "b", 100))
+
+    def test_daemonizes_until_unmounted(self):
+        with KvfsMount(capacity="128M", foreground=False) as m:
+            self.assertIsNotNone(m.pid, "could not find the daemon's PID")
+            self.assertTrue(_pid_alive(m.pid))
+            write_file_atomic(m.path("a"), chunk_bytes("a", MiB))
+            self.assertTrue(file_matches(m.path("a"), "a", MiB))
+            pid = m.pid
+            m.unmount()
+            self.assertFalse(_pid_alive(pid), "daemon still running after fusermount3 -u")
+            self.assertFalse(_is_mounted(m.mnt))
+
+    def test_second_mount_on_same_data_refused(self):
+        with KvfsMount(capacity="128M") as m:
+            other = os.path.join(m.root, "mnt2")
+            os.mkdir(other)
+            p = subprocess.Popen([m.kvfs_bin, other, "--data", m.data, "--capacity", "128M",
+                                  "-f"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.monotonic() + 15
+                while p.poll() is None and not _is_mounted(other) \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertFalse(_is_mounted(other), "a second daemon mounted the same data dir")
+                self.assertIsNotNone(p.poll(), "a second daemon on the same data dir hangs")
+                self.assertNotEqual(p.returncode, 0)
+                self.assertTrue(p.stderr.read().strip(), "no message on stderr")
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+                p.stdout.close()
+                p.stderr.close()
+                if _is_mounted(other):
+                    subprocess.run(["fusermount3", "-u", "-z", other])
+            # the first daemon is unharmed
+            write_file_atomic(m.path("a"), chunk_bytes("a", MiB))
+            self.assertTrue(file_matches(m.path("a"), "a", MiB))
+
+    def test_status_file_and_kvfsctl(self):
+        with KvfsMount(capacity="256M") as m:
+            status = m.status()
+            self.assertIsInstance(status, dict)
+            self.assertNotIn(".kvfs", os.listdir(m.mnt))
+            os.makedirs(m.path("llama3-8b"))
+            write_file_atomic(m.path("llama3-8b", "c0"), chunk_bytes("c0", 4 * MiB))
+            r = m.kvfsctl("status", m.mnt)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.strip())
+            r = m.kvfsctl("status", m.mnt, "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIsInstance(json.loads(r.stdout), dict)
+            # kvfsctl status accepts any path inside the mount too
+            r = m.kvfsctl("status", m.path("llama3-8b"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = m.kvfsctl("stat", m.path("llama3-8b", "c0"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = m.kvfsctl("stat", m.path("llama3-8b", "c0"), "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            info = json.loads(r.stdout)
+            self.assertIn(4 * MiB, _numbers(info), f"size missing from {info}")
+            r = m.kvfsctl("stat", m.path("llama3-8b", "missing"))
+            self.assertNotEqual(r.returncode, 0)
+
+
+def _numbers(obj):
+    """Every integer anywhere in a parsed JSON value."""
+    if isinstance(obj, bool):
+        return []
+    if isinstance(obj, int):
+        return [obj]
+    if isinstance(obj, dict):
+        return [n for v in obj.values() for n in _numbers(v)]
+    if isinstance(obj, list):
+        return [n for v in obj for n in _numbers(v)]
+    return []
+
+
+if __name__ == "__main__":
+    unittest.main()
