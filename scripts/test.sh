@@ -9,6 +9,6 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 BUILD_DIR=${KVFS_BUILD_DIR:-build}
 
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh -DKVFS_BUILD_TESTS=ON
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 "$@"
 echo "test: all tests passed"
