@@ -313,6 +313,9 @@ class Ctx:
     def remount(self):
         """Restart kvfs on the same data directory (the scenario must have closed its fds)."""
         self.mount.remount()
+        if not exists(self.root):
+            raise ReplayFailure(f"after the restart {self.root} is gone: nothing the connector "
+                                f"published survived (stat -> ENOENT)")
 
     @contextlib.contextmanager
     def _phase(self, name, needs, kvfs_only):
@@ -388,7 +391,9 @@ def main(name, scenario, capacity="1G"):
         print(f"cannot import kvfs_testlib ({e}); set PYTHONPATH to tests/pylib or use --dir",
               file=sys.stderr)
         return 2
-    with KvfsMount(capacity=capacity) as m:
+    # KVFS_TEST_EXTRA_ARGS: extra daemon arguments, e.g. "--store memory" or "-o ..."
+    extra = os.environ.get("KVFS_TEST_EXTRA_ARGS", "").split()
+    with KvfsMount(capacity=capacity, extra_args=extra) as m:
         ctx = Ctx(name, os.path.join(m.mnt, name), mount=m)
         try:
             scenario(ctx)

@@ -229,7 +229,8 @@ def scenario(ctx):
             ctx.remount()
             for k in keys:
                 p = fm.get_file_name(k)
-                ctx.check(common.exists(p) == (k in live), f"after restart exists({p}) wrong")
+                ctx.check(common.exists(p) == (k in live),
+                          f"after restart stat({p}) says {'missing' if k in live else 'present'}")
                 if k in live:
                     common.check_bytes(f"{k.hex()[:16]} after restart",
                                        read_buffer_from_file(p), data(k))

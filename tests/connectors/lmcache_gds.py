@@ -186,13 +186,14 @@ class Gds:
         """_scan_metadata at start-up: rebuild the hot cache from the .metadata files."""
         found = {}
         target = DATA_SUFFIX + META_SUFFIX
-        with os.scandir(self.root) as it:
+        with sc(f"scandir({self.root!r})", os.scandir, self.root) as it:
             l1s = [e.name for e in it if e.is_dir() and len(e.name) == 2]
         for l1 in l1s:
-            with os.scandir(os.path.join(self.root, l1)) as it:
+            with sc(f"scandir({l1})", os.scandir, os.path.join(self.root, l1)) as it:
                 l2s = [e.name for e in it if e.is_dir() and len(e.name) == 2]
             for l2 in l2s:
-                with os.scandir(os.path.join(self.root, l1, l2)) as it2:
+                with sc(f"scandir({l1}/{l2})", os.scandir,
+                        os.path.join(self.root, l1, l2)) as it2:
                     for fe in it2:
                         if not fe.is_file() or not fe.name.endswith(target):
                             continue

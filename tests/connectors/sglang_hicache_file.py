@@ -237,7 +237,8 @@ def scenario(ctx):
                 ctx.check(got is not None, f"rank {r} page {k[:12]} missing after restart")
                 common.check_bytes(f"rank {r} page {k[:12]} after restart", got, want)
 
-    with ctx.phase("LRU evictor: listdir + stat scan (mtime order), os.remove oldest", needs=(setp,)) as run:
+    restart = "restart keeps every page"
+    with ctx.phase("LRU evictor: listdir + stat scan (mtime order), os.remove oldest", needs=(setp, restart)) as run:
         if run:
             b = ranks[0]
             ev = LRUFileEvictor(b, max_size=0)
@@ -257,7 +258,7 @@ def scenario(ctx):
             ctx.check(sum(1 for k in stored if k[0] == 1 and ranks[1].exists(k[1], k[2]))
                       == len(stored) - len(mine), "rank 1 pages were touched by rank 0's evictor")
 
-    with ctx.phase("clear: listdir, isfile, remove", needs=(init,)) as run:
+    with ctx.phase("clear: listdir, isfile, remove", needs=(init, restart)) as run:
         if run:
             for b in ranks.values():
                 b.clear()

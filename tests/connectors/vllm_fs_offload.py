@@ -247,7 +247,7 @@ def scenario(ctx):
             for i in range(NBLOCKS):
                 p = fm.get_file_name(hashes[i])
                 ctx.check(common.exists(p) == (i in live),
-                          f"after eviction exists({p}) = {not (i in live)}")
+                          f"after eviction stat({p}) says {'missing' if i in live else 'present'}")
             # evicted blocks are stored again later by the scheduler
             res = common.pmap(lambda i: store_block(fm.get_file_name(hashes[i]), pview,
                                                     i * BLOCK, use_direct[0]), range(4), 4)
@@ -261,7 +261,9 @@ def scenario(ctx):
             dview = memoryview(dst)
             for i in range(NBLOCKS):
                 p = fm.get_file_name(hashes[i])
-                ctx.check(common.exists(p) == (i in live), f"after restart exists({p}) wrong")
+                ctx.check(common.exists(p) == (i in live),
+                          f"after restart stat({p}) says {'missing' if i in live else 'present'}"
+                          f", want {'present' if i in live else 'missing'}")
                 if i in live:
                     load_block(p, dview, i * BLOCK, use_direct[0])
                     common.check_bytes(f"block {i} after restart",
