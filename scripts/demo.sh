@@ -25,8 +25,8 @@ if [ "${KVFS_DEMO_SKIP_BUILD:-0}" != 1 ]; then
   step "build"
   bash scripts/build.sh
 fi
-KVFS=$REPO/build/bin/kvfs
-KVFSCTL=$REPO/build/bin/kvfsctl
+KVFS=${KVFS_BIN:-$REPO/build/bin/kvfs}
+KVFSCTL=${KVFSCTL_BIN:-$REPO/build/bin/kvfsctl}
 for b in "$KVFS" "$KVFSCTL"; do
   [ -x "$b" ] || { echo "demo: $b was not built" >&2; exit 1; }
 done
