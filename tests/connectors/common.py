@@ -310,6 +310,22 @@ class Ctx:
         self.notes.append(msg)
         print(f"  note: {msg}", flush=True)
 
+    @property
+    def capacity_bytes(self):
+        """The --capacity given to kvfs, in bytes (None in plain directory mode)."""
+        if not self.mount or not self.mount.capacity:
+            return None
+        s = str(self.mount.capacity).upper().rstrip("B").rstrip("I")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+
+    def crash_restart(self):
+        """kill -9 the daemon (a crash: nothing flushed at exit), then start it again."""
+        self.mount.kill9()
+        self.mount.start()
+        if not exists(self.root):
+            raise ReplayFailure(f"after kill -9 and restart {self.root} is gone")
+
     def remount(self):
         """Restart kvfs on the same data directory (the scenario must have closed its fds)."""
         self.mount.remount()

@@ -166,7 +166,7 @@ def scenario(ctx):
                 keys = prompt_keys(name, 14)
                 common.pmap(lambda ks: conn.put(ks[0], common.payload(ks[0].to_string(), ks[1])),
                             keys, workers=4)
-                stored[name] = keys
+                stored[name] = [(k, size, 0) for k, size in keys]
                 tmpdir = conn.base_paths[0] / conn.relative_tmp_dir if conn.relative_tmp_dir \
                     else None
                 if tmpdir is not None:
@@ -180,7 +180,7 @@ def scenario(ctx):
     with ctx.phase("batched_async_contains: prefix hits, then first miss", needs=(put,)) as run:
         if run:
             for name, conn in conns.items():
-                keys = [k for k, _ in stored[name]]
+                keys = [k for k, *_ in stored[name]]
                 ctx.check(conn.batched_contains(keys) == len(keys),
                           f"{name}: not every stored chunk is found")
                 missing = [k for k, _ in prompt_keys(name + "-other", 30)]
@@ -196,7 +196,7 @@ def scenario(ctx):
                     ctx.check(got is not None, f"{name}: get of stored {ks[0].to_string()} "
                                                f"gave ENOENT")
                     common.check_bytes(f"{name}: get {ks[0].to_string()}", got,
-                                       common.payload(ks[0].to_string(), ks[1]))
+                                       common.payload(ks[0].to_string(), ks[1], ks[2]))
                 common.pmap(check, stored[name], workers=4)
                 ctx.check(conn.get(Key(0x5eed)) is None, "get of a missing key did not miss")
 
@@ -214,7 +214,7 @@ def scenario(ctx):
     with ctx.phase("list: glob *.data", needs=(put,)) as run:
         if run:
             for name, conn in conns.items():
-                want = {k.to_string().replace("/", "-") for k, _ in stored[name]}
+                want = {k.to_string().replace("/", "-") for k, *_ in stored[name]}
                 got = set(conn.list())
                 ctx.check(got == want, f"{name}: glob found {len(got)} names, want {len(want)}; "
                                        f"extra {sorted(got - want)[:2]}, "
@@ -223,12 +223,26 @@ def scenario(ctx):
     with ctx.phase("overwrite: put again over existing files (rename onto a target)", needs=(put,)) as run:
         if run:
             for name, conn in conns.items():
-                for k, size in stored[name][:4]:
+                for i, (k, size, _) in enumerate(stored[name][:4]):
                     data = common.payload(k.to_string(), size, 1)
                     conn.put(k, data)
                     common.check_bytes(f"{name}: get after overwrite", conn.get(k), data)
-                stored[name] = [(k, size, 1 if i < 4 else 0)
-                                for i, (k, size) in enumerate(stored[name])]
+                    stored[name][i] = (k, size, 1)
+
+    with ctx.phase("an open reader keeps the old version while a put replaces the key", needs=(put,)) as run:
+        if run:
+            conn = conns["same-dir .tmp"]
+            k, size, ver = stored["same-dir .tmp"][6]  # (key, size, version)
+            old = common.payload(k.to_string(), size, ver)
+            path = conn.file_path(k)
+            with sc(f"open({str(path)!r}, 'rb')", open, path, "rb", buffering=0) as f:
+                first = sc(f"read({str(path)!r})", f.read, METADATA_BYTES_LEN + size // 2)
+                new = common.payload(k.to_string(), size, 2)
+                common.pmap(lambda _: conn.put(k, new), [0], 1)   # another worker's put
+                rest = sc(f"read({str(path)!r}) after the name was replaced", f.read)
+            common.check_bytes("old version read across a replace", (first + rest)[28:], old)
+            common.check_bytes("get after the replace", conn.get(k), new)
+            stored["same-dir .tmp"][6] = (k, size, 2)
 
     with ctx.phase("two writers race on the same key (shared temp name)", needs=(init,)) as run:
         if run:

@@ -201,6 +201,29 @@ def scenario(ctx):
             ctx.check(len(names) == len(stored), f"{len(names)} files, want {len(stored)}")
     setp = "set: exists? then tmp.<pid>.<tid>.<uuid> + os.replace (2 ranks in parallel)"
 
+    with ctx.phase("statvfs: kvfs capacity; f_bavail follows writes and unlinks (min_free_space)", needs=(init,), kvfs_only=True) as run:
+        if run:
+            def free_total():
+                st = common.sys_statvfs(ctx.root)
+                return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            cap = ctx.capacity_bytes
+            free0, total = free_total()
+            ctx.check(cap // 2 <= total <= cap * 1.05,
+                      f"statvfs total f_blocks*f_frsize = {total} for --capacity {cap}")
+            b = ranks[0]
+            extra = [f"{i:064x}" for i in range(16)]
+            for k in extra:
+                b.set(k, common.payload(k, 1 << 20), "free")
+            free1, _ = free_total()
+            ctx.check(free0 - free1 >= 8 << 20, f"16 MiB written but f_bavail*f_frsize fell by "
+                                                f"{(free0 - free1) >> 20} MiB")
+            for k in extra:
+                common.sys_unlink(b.path(k, "free"))
+            free2, _ = free_total()
+            ctx.check(free2 - free1 >= 8 << 20, f"16 MiB unlinked but f_bavail*f_frsize rose by "
+                                                f"{(free2 - free1) >> 20} MiB (SGLang's "
+                                                f"min_free_space eviction counts on it)")
+
     with ctx.phase("batch_exists: stat per page up to the first miss; many distinct misses", needs=(setp,)) as run:
         if run:
             for r, b in ranks.items():

@@ -254,6 +254,28 @@ def scenario(ctx):
             ctx.check(all(res), "re-store of evicted blocks was skipped")
             live.update(range(4))
 
+    with ctx.phase("a load in flight while the evictor removes the block keeps reading it", needs=(store,)) as run:
+        if run:
+            i = max(live)
+            p = fm.get_file_name(hashes[i])
+            dst = common.aligned_buffer(BLOCK)
+            dview = memoryview(dst)
+            half = BLOCK // 2
+            fd = sys_open(p, os.O_RDONLY | O_DIRECT)
+            try:
+                n1 = common.sys_pread_into(fd, dview[:half], 0, p, True)
+                sc(f"unlink({p!r}) while open for reading", os.remove, p)   # LRUEvictor
+                live.discard(i)
+                n2 = common.sys_pread_into(fd, dview[half:], half, p + " (unlinked)", True)
+                ctx.check(n1 + n2 == BLOCK, f"reads of the unlinked block returned {n1}+{n2}")
+                common.check_bytes("block read across its unlink", dview,
+                                   pview[i * BLOCK:(i + 1) * BLOCK])
+            finally:
+                os.close(fd)
+                dview.release()
+                dst.close()
+            ctx.check(not common.exists(p), "the evicted block is still visible")
+
     with ctx.phase("restart keeps every offloaded block", needs=(store,), kvfs_only=True) as run:
         if run:
             ctx.remount()
@@ -270,6 +292,20 @@ def scenario(ctx):
                                        dview[i * BLOCK:(i + 1) * BLOCK],
                                        pview[i * BLOCK:(i + 1) * BLOCK])
             dview.release()
+            dst.close()
+
+    with ctx.phase("kill -9 after the stores (vLLM never fsyncs) keeps every block", needs=(store,), kvfs_only=True) as run:
+        if run:
+            ctx.crash_restart()
+            dst = common.aligned_buffer(BLOCK)
+            for i in range(NBLOCKS):
+                p = fm.get_file_name(hashes[i])
+                ctx.check(common.exists(p) == (i in live),
+                          f"after kill -9 stat({p}) says {'missing' if i in live else 'present'}")
+                if i in live:
+                    load_block(p, memoryview(dst), 0, use_direct[0])
+                    common.check_bytes(f"block {i} after kill -9", memoryview(dst)[:BLOCK],
+                                       pview[i * BLOCK:(i + 1) * BLOCK])
             dst.close()
     pview.release()
     primary.close()
