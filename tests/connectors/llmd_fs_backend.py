@@ -232,6 +232,10 @@ def scenario(ctx):
                 ctx.check(common.exists(p) == (k in live),
                           f"after restart stat({p}) says {'missing' if k in live else 'present'}")
                 if k in live:
+                    st = common.sys_stat(p)   # the cleaner may run right after a restart
+                    ctx.check(time.time_ns() - st.st_atime_ns < 600 * 10 ** 9,
+                              f"st_atime set by update_atime lost across the restart: "
+                              f"{(time.time_ns() - st.st_atime_ns) / 1e9:.0f}s ago")
                     common.check_bytes(f"{k.hex()[:16]} after restart",
                                        read_buffer_from_file(p), data(k))
 
