@@ -321,6 +321,8 @@ class Ctx:
 
     def crash_restart(self):
         """kill -9 the daemon (a crash: nothing flushed at exit), then start it again."""
+        if not self.on_kvfs:
+            return
         self.mount.kill9()
         self.mount.start()
         if not exists(self.root):
@@ -328,13 +330,15 @@ class Ctx:
 
     def remount(self):
         """Restart kvfs on the same data directory (the scenario must have closed its fds)."""
+        if not self.on_kvfs:
+            return
         self.mount.remount()
         if not exists(self.root):
             raise ReplayFailure(f"after the restart {self.root} is gone: nothing the connector "
                                 f"published survived (stat -> ENOENT)")
 
     @contextlib.contextmanager
-    def _phase(self, name, needs, kvfs_only):
+    def _phase(self, name, needs, kvfs_only, restart):
         missing = [n for n in needs if n in self.failed]
         if missing:
             self.results.append((name, "SKIP", f"needs {', '.join(missing)}"))
@@ -348,25 +352,30 @@ class Ctx:
             yield False
             return
         t0 = time.monotonic()
+        label = name + (" [plain directory: the restart is a no-op]"
+                        if restart and not self.on_kvfs else "")
         try:
             yield True
         except ReplayFailure as e:
             self.failed.add(name)
-            self.results.append((name, "FAIL", str(e)))
-            print(f"FAIL {self.name}: {name}: {e}", flush=True)
+            self.results.append((label, "FAIL", str(e)))
+            print(f"FAIL {self.name}: {label}: {e}", flush=True)
         except Exception as e:  # a bug in the replay itself, or an unexpected error
             self.failed.add(name)
             detail = f"{type(e).__name__}: {e}"
-            self.results.append((name, "FAIL", detail))
-            print(f"FAIL {self.name}: {name}: {detail}", flush=True)
+            self.results.append((label, "FAIL", detail))
+            print(f"FAIL {self.name}: {label}: {detail}", flush=True)
             traceback.print_exc()
         else:
-            self.results.append((name, "PASS", ""))
-            print(f"PASS {self.name}: {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+            self.results.append((label, "PASS", ""))
+            print(f"PASS {self.name}: {label} ({time.monotonic() - t0:.2f}s)", flush=True)
 
-    def phase(self, name, needs=(), kvfs_only=False):
-        """Use as `with ctx.phase("x", needs=("y",)) as run:` then `if run:` ..."""
-        return self._phase(name, needs, kvfs_only)
+    def phase(self, name, needs=(), kvfs_only=False, restart=False):
+        """Use as `with ctx.phase("x", needs=("y",)) as run:` then `if run:` ...
+        kvfs_only: skipped on a plain directory (kvfs-specific semantics).
+        restart: the phase restarts kvfs; on a plain directory it runs with a no-op restart,
+        which checks the replay's own bookkeeping."""
+        return self._phase(name, needs, kvfs_only, restart)
 
     def summary(self) -> int:
         n_fail = sum(1 for _, s, _ in self.results if s == "FAIL")

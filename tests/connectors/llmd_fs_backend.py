@@ -224,7 +224,7 @@ def scenario(ctx):
                 ctx.check(common.exists(fm.get_file_name(k)) == (k in live),
                           "lookup after cleanup disagrees with the cleaner")
 
-    with ctx.phase("restart keeps every stored block", needs=(store,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every stored block", needs=(store,), restart=True) as run:
         if run:
             ctx.remount()
             for k in keys:

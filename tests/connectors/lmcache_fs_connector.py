@@ -264,7 +264,7 @@ def scenario(ctx):
                     ctx.check(conn.get(k) is None, f"{name}: removed key still readable")
                 stored[name] = stored[name][:-3]
 
-    with ctx.phase("restart keeps every published chunk", needs=(put,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every published chunk", needs=(put,), restart=True) as run:
         if run:
             ctx.remount()
             for name, conn in conns.items():

@@ -269,7 +269,7 @@ def scenario(ctx):
             ctx.check(set(found) == want, f"scan found {len(found)} keys, want {len(want)}")
             common.sys_unlink(stray)
 
-    with ctx.phase("restart: scan rebuilds the index, every chunk byte-exact", needs=(save,), kvfs_only=True) as run:
+    with ctx.phase("restart: scan rebuilds the index, every chunk byte-exact", needs=(save,), restart=True) as run:
         if run:
             ctx.remount()
             fresh = Gds(ctx, ctx.root, "posix")

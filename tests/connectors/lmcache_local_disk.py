@@ -254,7 +254,7 @@ def scenario(ctx):
                 common.check_bytes(f"read of {ks} after evictions", got,
                                    common.payload(ks, size, backends[worker].version.get(ks, 0)))
 
-    with ctx.phase("restart keeps every published chunk", needs=(store,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every published chunk", needs=(store,), restart=True) as run:
         if run:
             ctx.remount()
             for (worker, ks), size in stored.items():

@@ -235,7 +235,7 @@ def scenario(ctx):
             finally:
                 os.close(fd)
 
-    with ctx.phase("restart keeps every object file", needs=(write,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every object file", needs=(write,), restart=True) as run:
         if run:
             ctx.remount()
             for name in objs:

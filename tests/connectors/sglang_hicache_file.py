@@ -252,7 +252,7 @@ def scenario(ctx):
             common.pmap(chk, list(stored.items()), workers=2)
             ctx.check(ranks[0].get("0" * 64) is None, "get of a missing page did not miss")
 
-    with ctx.phase("restart keeps every page", needs=(setp,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every page", needs=(setp,), restart=True) as run:
         if run:
             ctx.remount()
             for (r, k, comp), want in stored.items():

@@ -276,7 +276,7 @@ def scenario(ctx):
                 dst.close()
             ctx.check(not common.exists(p), "the evicted block is still visible")
 
-    with ctx.phase("restart keeps every offloaded block", needs=(store,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every offloaded block", needs=(store,), restart=True) as run:
         if run:
             ctx.remount()
             dst = common.aligned_buffer(NBLOCKS * BLOCK)
@@ -294,7 +294,7 @@ def scenario(ctx):
             dview.release()
             dst.close()
 
-    with ctx.phase("kill -9 after the stores (vLLM never fsyncs) keeps every block", needs=(store,), kvfs_only=True) as run:
+    with ctx.phase("kill -9 after the stores (vLLM never fsyncs) keeps every block", needs=(store,), restart=True) as run:
         if run:
             ctx.crash_restart()
             dst = common.aligned_buffer(BLOCK)

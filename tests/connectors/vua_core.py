@@ -294,7 +294,7 @@ def scenario(ctx):
             miss = nested_get(ctx, nroot, seq[:3 * SPLIT] + list(range(1, 1 + 2 * SPLIT)))
             ctx.check(len(miss) == 3, f"nested get of a diverging sequence found {len(miss)}")
 
-    with ctx.phase("restart keeps every group, symlinks and nested tree", needs=(put,), kvfs_only=True) as run:
+    with ctx.phase("restart keeps every group, symlinks and nested tree", needs=(put,), restart=True) as run:
         if run:
             ctx.remount()
             check_closest(seq_a, tokens_to_paths(seq_a), "get A after restart")
