@@ -13,6 +13,8 @@
 
 namespace kvfs {
 
+class IoFaultInjector;  // engine/io_fault_injector.h: tests inject device faults through it
+
 enum class Durability { kClose, kAsync };
 enum class Compression { kOff, kLz4, kAuto };
 
@@ -31,6 +33,7 @@ struct EngineOptions {
   uint32_t queue_depth = 16;         // io_uring depth per thread
   uint64_t journal_checkpoint_bytes = 64ull << 20;  // checkpoint when the journal passes this
   uint32_t async_commit_ms = 50;     // group-commit interval with durability=async
+  std::shared_ptr<IoFaultInjector> fault_injector;  // tests only: sees every device I/O
 };
 
 class LocalEngine : public ChunkStore {

@@ -1,0 +1,257 @@
+#include "chunk_writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "segment_codec.h"
+
+namespace kvfs {
+namespace {
+
+constexpr uint64_t kMaxSegments = 1ull << 24;  // 16 TiB at 1 MiB segments
+
+}  // namespace
+
+EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base)
+    : ctx_(std::move(ctx)),
+      base_(std::move(base)),
+      seg_size_(ctx_->segment_size()),
+      buf_bytes_((seg_size_ + 4095u) / 4096u * 4096u),
+      first_device_(ctx_->NextFirstDevice()) {
+  if (base_) {
+    size_ = base_->size;
+    slots_.resize(base_->segments.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      slots_[i].kind = Kind::kBase;
+      slots_[i].seg = base_->segments[i];
+    }
+    if (!base_->segments.empty()) {
+      first_device_ = static_cast<uint16_t>(base_->segments[0].device);
+    }
+  }
+}
+
+EngineChunkWriter::~EngineChunkWriter() {
+  for (Slot& s : slots_) {
+    if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
+  }
+}
+
+uint32_t EngineChunkWriter::RawLen(size_t index) const {
+  const uint64_t start = static_cast<uint64_t>(index) * seg_size_;
+  return static_cast<uint32_t>(std::min<uint64_t>(seg_size_, size_ - start));
+}
+
+EngineChunkWriter::Buffer EngineChunkWriter::TakeBuffer() {
+  Buffer b;
+  if (!spare_.empty()) {
+    b = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    b.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, buf_bytes_)));
+    if (!b) return b;
+  }
+  std::memset(b.get(), 0, buf_bytes_);  // invariant: bytes past the data are zero
+  return b;
+}
+
+void EngineChunkWriter::GiveBuffer(Buffer buf) {
+  if (buf && spare_.size() < 4) spare_.push_back(std::move(buf));
+}
+
+Status EngineChunkWriter::Load(size_t index) {
+  Slot& s = slots_[index];
+  if (s.kind == Kind::kDirty) return Status::Ok();
+  Buffer buf = TakeBuffer();
+  if (!buf) return Status::Error(ENOMEM, "no memory for a segment buffer");
+  if (s.kind == Kind::kBase || s.kind == Kind::kOwned) {
+    const uint32_t n = std::min(s.seg.raw_len, RawLen(index));
+    if (n > 0) {
+      KVFS_RETURN_IF_ERROR(ctx_->ReadSegments({SegmentRead{&s.seg, 0, n, buf.get()}}));
+    }
+    // An unpublished extent is nobody else's: free it now rather than at Finish.
+    if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
+    s.filled = seg_size_;
+  } else {
+    s.filled = 0;
+  }
+  s.kind = Kind::kDirty;
+  s.buf = std::move(buf);
+  return Status::Ok();
+}
+
+void EngineChunkWriter::Resize(uint64_t new_size) {
+  const size_t count = static_cast<size_t>((new_size + seg_size_ - 1) / seg_size_);
+  for (size_t i = count; i < slots_.size(); ++i) {
+    if (slots_[i].kind == Kind::kOwned) ctx_->space().Release(slots_[i].seg);
+    if (slots_[i].buf) GiveBuffer(std::move(slots_[i].buf));
+  }
+  slots_.resize(count);
+  size_ = new_size;
+}
+
+Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
+  if (len == 0) return Status::Ok();
+  const uint64_t end = offset + len;
+  if (end < offset || end / seg_size_ >= kMaxSegments) {
+    return Status::Error(EFBIG, "write past the largest supported file size");
+  }
+  if (end > size_) Resize(end);
+  dirty_ = true;
+  const auto* src = static_cast<const uint8_t*>(data);
+  std::vector<size_t> complete;
+  for (size_t j = offset / seg_size_; j * seg_size_ < end; ++j) {
+    const uint64_t seg_start = j * seg_size_;
+    const uint32_t from = static_cast<uint32_t>(std::max(offset, seg_start) - seg_start);
+    const uint32_t to = static_cast<uint32_t>(std::min<uint64_t>(end - seg_start, seg_size_));
+    KVFS_RETURN_IF_ERROR(Load(j));
+    Slot& s = slots_[j];
+    std::memcpy(s.buf.get() + from, src + (seg_start + from - offset), to - from);
+    if (from <= s.filled) s.filled = std::max(s.filled, to);
+    // Full and passed by this write: a sequential writer will not come back to it.
+    if (s.filled >= seg_size_ && end >= seg_start + seg_size_) complete.push_back(j);
+  }
+  return Seal(complete);
+}
+
+Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes) {
+  if (indexes.empty()) return Status::Ok();
+  const Compression mode = ctx_->options().compression;
+  const size_t scratch_bytes = (SegmentCodec::ScratchSize(seg_size_) + 4095) / 4096 * 4096;
+  std::vector<SegmentWrite> writes;
+  std::vector<Segment> segs;
+  Status st;
+  for (size_t k = 0; k < indexes.size() && st.ok(); ++k) {
+    Slot& s = slots_[indexes[k]];
+    const uint32_t raw_len = RawLen(indexes[k]);
+    uint8_t* scratch = nullptr;
+    if (mode != Compression::kOff) {
+      if (scratch_.size() <= k) {
+        scratch_.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(4096, scratch_bytes)));
+      }
+      scratch = scratch_[k].get();
+    }
+    EncodedSegment enc =
+        SegmentCodec::Encode(mode, s.buf.get(), raw_len, scratch, scratch ? scratch_bytes : 0);
+    const uint32_t padded = (enc.stored_len + 4095u) / 4096u * 4096u;
+    if (enc.data == scratch && scratch != nullptr) {
+      std::memset(scratch + enc.stored_len, 0, padded - enc.stored_len);
+    }
+    Segment seg;
+    seg.codec = enc.codec;
+    seg.stored_len = enc.stored_len;
+    seg.raw_len = raw_len;
+    seg.checksum = enc.checksum;
+    if (enc.stored_len > 0) {
+      const uint16_t preferred =
+          static_cast<uint16_t>((first_device_ + indexes[k]) % ctx_->devices().size());
+      auto ext = ctx_->space().Allocate(preferred, padded);
+      if (!ext.ok()) {
+        st = ext.status();
+        break;
+      }
+      seg.device = ext->device;
+      seg.offset = ext->offset;
+      writes.push_back({seg.device, seg.offset, enc.data, padded});
+    }
+    segs.push_back(seg);
+  }
+  if (st.ok()) st = ctx_->WriteSegments(writes);
+  if (!st.ok()) {
+    for (const Segment& seg : segs) ctx_->space().Release(seg);
+    return st;
+  }
+  for (size_t k = 0; k < indexes.size(); ++k) {
+    Slot& s = slots_[indexes[k]];
+    s.kind = Kind::kOwned;
+    s.seg = segs[k];
+    GiveBuffer(std::move(s.buf));
+  }
+  return Status::Ok();
+}
+
+Result<size_t> EngineChunkWriter::Read(uint64_t offset, void* out, size_t len) {
+  if (offset >= size_ || len == 0) return size_t{0};
+  const uint64_t end = std::min<uint64_t>(size_, offset + len);
+  auto* dst = static_cast<uint8_t*>(out);
+  std::vector<SegmentRead> reads;
+  for (size_t j = offset / seg_size_; j * seg_size_ < end; ++j) {
+    const uint64_t seg_start = j * seg_size_;
+    const uint32_t from = static_cast<uint32_t>(std::max(offset, seg_start) - seg_start);
+    const uint32_t to = static_cast<uint32_t>(std::min<uint64_t>(end - seg_start, seg_size_));
+    uint8_t* d = dst + (seg_start + from - offset);
+    const Slot& s = slots_[j];
+    if (s.kind == Kind::kDirty) {
+      std::memcpy(d, s.buf.get() + from, to - from);
+    } else if (s.kind == Kind::kHole || from >= s.seg.raw_len) {
+      std::memset(d, 0, to - from);
+    } else {
+      // A stored segment shorter than its slot (the file grew past it) ends in zeros.
+      const uint32_t stored_to = std::min(to, s.seg.raw_len);
+      reads.push_back({&s.seg, from, stored_to - from, d});
+      if (stored_to < to) std::memset(d + (stored_to - from), 0, to - stored_to);
+    }
+  }
+  KVFS_RETURN_IF_ERROR(ctx_->ReadSegments(reads));
+  return static_cast<size_t>(end - offset);
+}
+
+Status EngineChunkWriter::Truncate(uint64_t size) {
+  if (size == size_) return Status::Ok();
+  if (size / seg_size_ >= kMaxSegments) return Status::Error(EFBIG, "truncate past max size");
+  dirty_ = true;
+  if (size > size_) {
+    Resize(size);
+    return Status::Ok();
+  }
+  Resize(size);
+  const uint32_t tail = static_cast<uint32_t>(size % seg_size_);
+  if (tail != 0) {
+    Slot& last = slots_.back();
+    if (last.kind != Kind::kHole && last.kind != Kind::kDirty && last.seg.raw_len > tail) {
+      KVFS_RETURN_IF_ERROR(Load(slots_.size() - 1));
+    }
+    if (last.kind == Kind::kDirty) {
+      std::memset(last.buf.get() + tail, 0, buf_bytes_ - tail);
+      last.filled = std::min(last.filled, tail);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<LayoutRef> EngineChunkWriter::Finish() {
+  // Every segment must hold exactly its share of the file: stored segments that the file grew
+  // or shrank around are rewritten, untouched holes become extent-less zero segments.
+  std::vector<size_t> to_seal;
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    Slot& s = slots_[j];
+    if ((s.kind == Kind::kBase || s.kind == Kind::kOwned) && s.seg.raw_len != RawLen(j)) {
+      KVFS_RETURN_IF_ERROR(Load(j));
+    }
+    if (s.kind == Kind::kDirty) to_seal.push_back(j);
+  }
+  KVFS_RETURN_IF_ERROR(Seal(to_seal));
+
+  auto layout = std::make_unique<Layout>();
+  layout->size = size_;
+  layout->segments.reserve(slots_.size());
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    Slot& s = slots_[j];
+    if (s.kind == Kind::kHole) {
+      s.seg = Segment{};
+      s.seg.raw_len = RawLen(j);
+      s.seg.checksum = SegmentCodec::Checksum(nullptr, 0);
+    } else if (s.kind == Kind::kBase) {
+      ctx_->space().AddRef(s.seg);  // shared with the base layout
+    }
+    // kOwned: the writer's reference passes to the new layout.
+    layout->segments.push_back(s.seg);
+    s.kind = Kind::kBase;
+  }
+  LayoutRef ref = ctx_->space().Adopt(std::move(layout));
+  base_ = ref;  // later writes start a further version from this one
+  dirty_ = false;
+  return ref;
+}
+
+}  // namespace kvfs

@@ -1,0 +1,69 @@
+// EngineChunkWriter: stages one new version of a file. Unchanged segments stay where the base
+// layout has them (copy-on-write: a base segment is read in only when a write touches it);
+// touched segments live in aligned buffers. A segment filled by sequential writes is sealed
+// (compressed, checksummed) and written to its device at once, so a streaming writer keeps
+// about one segment in memory and Finish() only writes the tail.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "engine_context.h"
+#include "kvfs/chunk_store.h"
+
+namespace kvfs {
+
+class EngineChunkWriter : public ChunkWriter {
+ public:
+  // `base` must be null or a layout of this engine.
+  EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base);
+  ~EngineChunkWriter() override;
+
+  Status Write(uint64_t offset, const void* data, size_t len) override;
+  Result<size_t> Read(uint64_t offset, void* out, size_t len) override;
+  Status Truncate(uint64_t size) override;
+  uint64_t size() const override { return size_; }
+  bool dirty() const override { return dirty_; }
+  Result<LayoutRef> Finish() override;
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+
+  enum class Kind : uint8_t {
+    kHole,   // never written: zeros, no extent
+    kBase,   // a segment of base_, shared, not ours to free
+    kOwned,  // sealed by this writer, unpublished: its extent is ours
+    kDirty,  // in memory
+  };
+  struct Slot {
+    Kind kind = Kind::kHole;
+    Segment seg;
+    Buffer buf;
+    uint32_t filled = 0;  // bytes from the segment start written contiguously (dirty only)
+  };
+
+  uint32_t RawLen(size_t index) const;
+  Buffer TakeBuffer();
+  void GiveBuffer(Buffer buf);
+  Status Load(size_t index);  // makes slot `index` dirty
+  Status Seal(const std::vector<size_t>& indexes);
+  void Resize(uint64_t new_size);
+
+  std::shared_ptr<EngineContext> ctx_;
+  LayoutRef base_;
+  const uint32_t seg_size_;
+  const uint32_t buf_bytes_;
+  uint16_t first_device_;
+  uint64_t size_ = 0;
+  bool dirty_ = false;
+  std::vector<Slot> slots_;
+  std::vector<Buffer> spare_;    // reusable segment buffers
+  std::vector<Buffer> scratch_;  // lz4 output, one per segment of a seal batch
+};
+
+}  // namespace kvfs

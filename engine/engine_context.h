@@ -1,0 +1,79 @@
+// EngineContext: what the engine and its writers share: options, devices, free space, the
+// per-thread rings and the counters. Writers hold it by shared_ptr, so a writer that outlives
+// its engine fails cleanly (ESHUTDOWN) instead of touching closed devices.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "device_space.h"
+#include "io_fault_injector.h"
+#include "io_ring.h"
+#include "kvfs/local_engine.h"
+#include "kvfs/status.h"
+
+namespace kvfs {
+
+struct EngineCounters {
+  std::atomic<uint64_t> reads{0}, writes{0}, bytes_read{0}, bytes_written{0};
+  std::atomic<uint64_t> checksum_failures{0}, evictions{0};
+};
+
+// Part of one segment wanted by a read: raw bytes [from, from + len) into out.
+struct SegmentRead {
+  const Segment* seg = nullptr;
+  uint32_t from = 0;
+  uint32_t len = 0;
+  uint8_t* out = nullptr;
+};
+
+// One stored payload going to the device (len a multiple of 4 KiB, data 4 KiB aligned).
+struct SegmentWrite {
+  uint16_t device = 0;
+  uint64_t offset = 0;
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+};
+
+class EngineContext {
+ public:
+  EngineContext(EngineOptions options, std::vector<std::unique_ptr<Device>> devices);
+  ~EngineContext();
+
+  const EngineOptions& options() const { return options_; }
+  uint32_t segment_size() const { return options_.segment_size; }
+  const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
+  DeviceSpace& space() { return *space_; }
+  const std::shared_ptr<DeviceSpace>& space_ptr() const { return space_; }
+  EngineCounters& counters() { return counters_; }
+
+  // Reads (verifying every checksum) and writes segments through this thread's ring.
+  Status ReadSegments(const std::vector<SegmentRead>& reads);
+  Status WriteSegments(const std::vector<SegmentWrite>& writes);
+
+  // The device of a new chunk's first segment (round robin), so stripes start evenly.
+  uint16_t NextFirstDevice() {
+    return static_cast<uint16_t>(next_first_.fetch_add(1) % devices_.size());
+  }
+  // Devices that received data since the last call (for the committer's fdatasync).
+  std::vector<uint16_t> TakeDirtyDevices();
+
+  // Stops all further I/O (the engine is closing); rings of this generation are retired.
+  void Close();
+
+ private:
+  EngineOptions options_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::shared_ptr<DeviceSpace> space_;
+  RingConfig ring_config_;
+  std::unique_ptr<std::atomic<bool>[]> dirty_;
+  std::atomic<uint32_t> next_first_{0};
+  std::atomic<bool> closed_{false};
+  EngineCounters counters_;
+};
+
+}  // namespace kvfs

@@ -1,0 +1,28 @@
+// IoFaultInjector: the one hook every device I/O of the engine passes through, so tests can
+// inject EIO, silent corruption or a torn (short) write at a chosen I/O, in the spirit of
+// RocksDB's FaultInjectionTestFS. Production engines run without one.
+#pragma once
+
+#include <cstdint>
+
+#include "kvfs/status.h"
+
+namespace kvfs {
+
+struct IoRequest {
+  uint16_t device = 0;
+  bool write = false;
+  uint64_t offset = 0;
+  uint8_t* data = nullptr;  // the buffer about to be written / just read
+  uint32_t len = 0;
+};
+
+class IoFaultInjector {
+ public:
+  virtual ~IoFaultInjector() = default;
+  // Before a device I/O is submitted. A non-ok status fails the I/O without submitting it; a
+  // write may also be altered (bytes flipped, `len` shortened to tear it).
+  virtual Status BeforeIo(IoRequest& request) = 0;
+};
+
+}  // namespace kvfs

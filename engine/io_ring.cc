@@ -1,0 +1,208 @@
+#include "io_ring.h"
+
+#include <liburing.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kvfs {
+namespace {
+
+std::mutex g_retired_mu;
+std::unordered_set<uint64_t> g_retired;  // generations are never reused, so this stays small
+
+bool IsRetired(uint64_t generation) {
+  std::lock_guard lock(g_retired_mu);
+  return g_retired.count(generation) != 0;
+}
+
+struct ThreadRings {
+  std::unordered_map<uint64_t, std::unique_ptr<IoRing>> rings;
+};
+thread_local ThreadRings t_rings;
+
+}  // namespace
+
+struct IoRing::Impl {
+  io_uring ring{};
+  bool ring_ok = false;
+  std::vector<uint8_t*> buffers;
+  ~Impl() {
+    if (ring_ok) io_uring_queue_exit(&ring);  // also unregisters files and buffers
+    for (uint8_t* b : buffers) std::free(b);
+  }
+};
+
+IoRing::~IoRing() = default;
+
+void IoRing::Retire(uint64_t generation) {
+  {
+    std::lock_guard lock(g_retired_mu);
+    g_retired.insert(generation);
+  }
+  t_rings.rings.erase(generation);
+}
+
+Result<IoRing*> IoRing::ForThread(const RingConfig& config) {
+  auto& rings = t_rings.rings;
+  auto it = rings.find(config.generation);
+  if (it != rings.end()) return it->second.get();
+  if (IsRetired(config.generation)) return Status::Error(ESHUTDOWN, "engine is closed");
+  // Drop rings of engines closed since this thread last made one.
+  for (auto r = rings.begin(); r != rings.end();) {
+    r = IsRetired(r->first) ? rings.erase(r) : std::next(r);
+  }
+  std::unique_ptr<IoRing> ring(new IoRing());
+  KVFS_RETURN_IF_ERROR(ring->Init(config));
+  IoRing* raw = ring.get();
+  rings.emplace(config.generation, std::move(ring));
+  return raw;
+}
+
+Status IoRing::Init(const RingConfig& config) {
+  config_ = config;
+  impl_ = std::make_unique<Impl>();
+  io_uring_params params{};
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  int rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
+  if (rc == -EINVAL) {  // kernel older than 6.1: plain ring
+    params = {};
+    rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
+  } else if (rc == 0) {
+    defer_taskrun_ = true;
+  }
+  if (rc < 0) return Status::Error(-rc, std::string("io_uring setup: ") + std::strerror(-rc));
+  impl_->ring_ok = true;
+  rc = io_uring_register_files(&impl_->ring, config.fds.data(),
+                               static_cast<unsigned>(config.fds.size()));
+  if (rc < 0) return Status::Error(-rc, std::string("io_uring files: ") + std::strerror(-rc));
+  std::vector<iovec> iov;
+  for (uint32_t i = 0; i < config.depth; ++i) {
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, config.buffer_bytes));
+    if (b == nullptr) return Status::Error(ENOMEM, "ring buffer allocation failed");
+    impl_->buffers.push_back(b);
+    iov.push_back({b, config.buffer_bytes});
+  }
+  rc = io_uring_register_buffers(&impl_->ring, iov.data(), static_cast<unsigned>(iov.size()));
+  if (rc < 0) return Status::Error(-rc, std::string("io_uring buffers: ") + std::strerror(-rc));
+  return Status::Ok();
+}
+
+// Completes a short transfer synchronously (rare with O_DIRECT on a file) and maps errors.
+Status IoRing::Finish(const RingOp& op, uint8_t* buf, int res) {
+  const std::string where = "device " + std::to_string(op.device) +
+                            (op.write ? " write" : " read") + " at " + std::to_string(op.offset);
+  if (res < 0) {
+    return Status::Error(-res == ENOSPC ? ENOSPC : EIO, where + ": " + std::strerror(-res));
+  }
+  uint32_t done = static_cast<uint32_t>(res);
+  const int fd = config_.fds[op.device];
+  while (done < op.len) {
+    ssize_t n = op.write ? ::pwrite(fd, buf + done, op.len - done, op.offset + done)
+                         : ::pread(fd, buf + done, op.len - done, op.offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoError(where + ": short transfer");
+    done += static_cast<uint32_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&, uint8_t*)>& prepare,
+                        const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete) {
+  struct Slot {
+    RingOp op;
+    size_t index = 0;
+    bool busy = false;
+  };
+  std::vector<Slot> slots(config_.depth);
+  std::vector<uint32_t> free_slots;
+  for (uint32_t i = config_.depth; i-- > 0;) free_slots.push_back(i);
+  Status first_error;
+  size_t next = 0, in_flight = 0;
+  io_uring* ring = &impl_->ring;
+
+  while (next < count || in_flight > 0) {
+    size_t queued = 0;
+    while (first_error.ok() && next < count && !free_slots.empty()) {
+      const uint32_t s = free_slots.back();
+      uint8_t* pool = impl_->buffers[s];
+      RingOp op;
+      prepare(next, op, pool);
+      const bool fixed = op.data == nullptr;
+      uint8_t* buf = fixed ? pool : op.data;
+      if (op.device >= config_.fds.size() || (fixed && op.len > config_.buffer_bytes)) {
+        first_error = Status::Invalid("bad device I/O request");
+        break;
+      }
+      if (config_.faults != nullptr) {
+        IoRequest req{op.device, op.write, op.offset, buf, op.len};
+        Status st = config_.faults->BeforeIo(req);
+        if (!st.ok()) {
+          first_error = st;
+          break;
+        }
+        op.len = req.len;
+      }
+      io_uring_sqe* sqe = io_uring_get_sqe(ring);
+      if (sqe == nullptr) break;
+      if (op.write && fixed) {
+        io_uring_prep_write_fixed(sqe, op.device, buf, op.len, op.offset, static_cast<int>(s));
+      } else if (op.write) {
+        io_uring_prep_write(sqe, op.device, buf, op.len, op.offset);
+      } else if (fixed) {
+        io_uring_prep_read_fixed(sqe, op.device, buf, op.len, op.offset, static_cast<int>(s));
+      } else {
+        io_uring_prep_read(sqe, op.device, buf, op.len, op.offset);
+      }
+      sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_sqe_set_data64(sqe, s);
+      free_slots.pop_back();
+      slots[s] = {op, next, true};
+      ++next;
+      ++queued;
+      ++in_flight;
+    }
+    if (queued > 0) {
+      int rc = io_uring_submit(ring);
+      if (rc < 0) {
+        // Nothing of this batch reached the kernel: take the slots back.
+        first_error = Status::IoError(std::string("io_uring submit: ") + std::strerror(-rc));
+        for (uint32_t s = 0; s < slots.size(); ++s) {
+          if (slots[s].busy) {
+            slots[s].busy = false;
+            free_slots.push_back(s);
+          }
+        }
+        in_flight = 0;
+        break;
+      }
+    }
+    if (in_flight == 0) break;
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_wait_cqe(ring, &cqe);
+    if (rc == -EINTR) continue;
+    if (rc < 0) return Status::IoError(std::string("io_uring wait: ") + std::strerror(-rc));
+    const uint32_t s = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    Slot& slot = slots[s];
+    --in_flight;
+    uint8_t* buf = slot.op.data != nullptr ? slot.op.data : impl_->buffers[s];
+    if (first_error.ok()) {
+      Status st = Finish(slot.op, buf, res);
+      if (st.ok()) st = complete(slot.index, slot.op, buf);
+      if (!st.ok()) first_error = st;
+    }
+    slot.busy = false;
+    free_slots.push_back(s);
+  }
+  return first_error;
+}
+
+}  // namespace kvfs

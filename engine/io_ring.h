@@ -1,0 +1,67 @@
+// IoRing: one io_uring per thread per engine instance, with the engine's device fds registered
+// as fixed files and a pool of 4 KiB-aligned registered buffers for read_fixed. Rings are
+// thread_local and keyed by the engine's generation (unique per Open), so a ring never serves
+// an engine other than the one whose fds it registered; rings of closed engines are dropped the
+// next time their thread asks for a ring, and at thread exit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "io_fault_injector.h"
+#include "kvfs/status.h"
+
+namespace kvfs {
+
+struct RingConfig {
+  uint64_t generation = 0;
+  std::vector<int> fds;       // index = device number
+  uint32_t depth = 16;        // submission queue entries and buffers in the pool
+  uint32_t buffer_bytes = 0;  // each pool buffer (segment size rounded up to 4 KiB)
+  IoFaultInjector* faults = nullptr;
+};
+
+// One I/O of a pipeline. `data` null: the ring's pool buffer is used (read_fixed).
+struct RingOp {
+  uint16_t device = 0;
+  bool write = false;
+  uint64_t offset = 0;
+  uint32_t len = 0;
+  uint8_t* data = nullptr;
+};
+
+class IoRing {
+ public:
+  ~IoRing();
+  IoRing(const IoRing&) = delete;
+  IoRing& operator=(const IoRing&) = delete;
+
+  // The calling thread's ring for this engine generation, created on first use.
+  static Result<IoRing*> ForThread(const RingConfig& config);
+  // Marks a generation closed: rings keyed by it are never handed out again and are freed by
+  // their threads (this thread's at once).
+  static void Retire(uint64_t generation);
+
+  // Runs `count` ops keeping up to `depth` in flight. prepare(i, buffer) fills op i; `buffer`
+  // is a free pool buffer the op may use (leave op.data null to read into it). complete(i, op,
+  // buffer) runs when op i finished in full; its buffer is reused after it returns. The first
+  // error stops new submissions; in-flight ops are drained and the error is returned.
+  Status Pipeline(size_t count, const std::function<void(size_t, RingOp&, uint8_t*)>& prepare,
+                  const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete);
+
+  bool uses_defer_taskrun() const { return defer_taskrun_; }
+
+ private:
+  IoRing() = default;
+  Status Init(const RingConfig& config);
+  Status Finish(const RingOp& op, uint8_t* buf, int res);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  RingConfig config_;
+  bool defer_taskrun_ = false;
+};
+
+}  // namespace kvfs

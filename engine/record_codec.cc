@@ -1,0 +1,117 @@
+#include "record_codec.h"
+
+namespace kvfs {
+namespace {
+
+constexpr size_t kMaxName = 4096;
+constexpr uint32_t kMaxSegments = 1u << 24;
+
+void EncodeTime(const Timespec64& t, ByteWriter& w) {
+  w.I64(t.sec);
+  w.I64(t.nsec);
+}
+Timespec64 DecodeTime(ByteReader& r) {
+  Timespec64 t;
+  t.sec = r.I64();
+  t.nsec = r.I64();
+  return t;
+}
+
+}  // namespace
+
+void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
+  w.U64(rec.id);
+  w.U64(rec.parent);
+  w.Str(rec.name);
+  w.U8(static_cast<uint8_t>(rec.type));
+  w.U32(rec.mode);
+  w.U32(rec.uid);
+  w.U32(rec.gid);
+  EncodeTime(rec.atime, w);
+  EncodeTime(rec.mtime, w);
+  EncodeTime(rec.ctime, w);
+  w.U32(rec.flags);
+  w.Str(rec.symlink_target);
+  w.U64(rec.prefix_parent);
+  w.U8(rec.layout ? 1 : 0);
+  if (!rec.layout) return;
+  w.U64(rec.layout->size);
+  w.U32(static_cast<uint32_t>(rec.layout->segments.size()));
+  for (const Segment& s : rec.layout->segments) {
+    w.U16(s.device);
+    w.U8(static_cast<uint8_t>(s.codec));
+    w.U64(s.offset);
+    w.U32(s.stored_len);
+    w.U32(s.raw_len);
+    w.U64(s.checksum);
+  }
+}
+
+bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
+  ObjectRecord& rec = out->record;
+  rec.id = r.U64();
+  rec.parent = r.U64();
+  rec.name = r.Str(kMaxName);
+  const uint8_t type = r.U8();
+  if (type < 1 || type > 3) return false;
+  rec.type = static_cast<ObjectType>(type);
+  rec.mode = r.U32();
+  rec.uid = r.U32();
+  rec.gid = r.U32();
+  rec.atime = DecodeTime(r);
+  rec.mtime = DecodeTime(r);
+  rec.ctime = DecodeTime(r);
+  rec.flags = r.U32();
+  rec.symlink_target = r.Str(kMaxName);
+  rec.prefix_parent = r.U64();
+  const uint8_t has_layout = r.U8();
+  if (has_layout == 1) {
+    auto layout = std::make_unique<Layout>();
+    layout->size = r.U64();
+    const uint32_t n = r.U32();
+    if (n > kMaxSegments || n > r.remaining() / 27) return false;
+    layout->segments.resize(n);
+    for (Segment& s : layout->segments) {
+      s.device = r.U16();
+      const uint8_t codec = r.U8();
+      if (codec > 1) return false;
+      s.codec = static_cast<Codec>(codec);
+      s.offset = r.U64();
+      s.stored_len = r.U32();
+      s.raw_len = r.U32();
+      s.checksum = r.U64();
+    }
+    out->layout = std::move(layout);
+  } else if (has_layout != 0) {
+    return false;
+  }
+  return r.ok();
+}
+
+std::string RecordCodec::EncodeBatch(const MetaBatch& batch) {
+  std::string out;
+  ByteWriter w(&out);
+  w.U32(static_cast<uint32_t>(batch.puts.size()));
+  for (const ObjectRecord& rec : batch.puts) EncodeRecord(rec, w);
+  w.U32(static_cast<uint32_t>(batch.removes.size()));
+  for (ObjectId id : batch.removes) w.U64(id);
+  return out;
+}
+
+Status RecordCodec::DecodeBatch(const std::string& payload, DecodedBatch* out) {
+  ByteReader r(payload.data(), payload.size());
+  const uint32_t puts = r.U32();
+  if (puts > payload.size()) return Status::Corruption("batch put count");
+  out->puts.resize(puts);
+  for (auto& d : out->puts) {
+    if (!DecodeRecord(r, &d)) return Status::Corruption("undecodable record in batch");
+  }
+  const uint32_t removes = r.U32();
+  if (removes > r.remaining() / 8) return Status::Corruption("batch remove count");
+  out->removes.resize(removes);
+  for (auto& id : out->removes) id = r.U64();
+  if (!r.ok() || r.remaining() != 0) return Status::Corruption("malformed batch");
+  return Status::Ok();
+}
+
+}  // namespace kvfs

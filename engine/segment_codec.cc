@@ -1,0 +1,83 @@
+#include "segment_codec.h"
+
+#include <lz4.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <string>
+
+namespace kvfs {
+
+size_t SegmentCodec::ScratchSize(uint32_t segment_size) {
+  return static_cast<size_t>(LZ4_compressBound(static_cast<int>(segment_size))) + 4096;
+}
+
+uint64_t SegmentCodec::Checksum(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+EncodedSegment SegmentCodec::Encode(Compression mode, const uint8_t* raw, uint32_t raw_len,
+                                    uint8_t* scratch, size_t scratch_len) {
+  EncodedSegment out;
+  out.codec = Codec::kNone;
+  out.data = raw;
+  out.stored_len = raw_len;
+  if (mode != Compression::kOff && raw_len > 0 && scratch != nullptr) {
+    const int n =
+        LZ4_compress_default(reinterpret_cast<const char*>(raw), reinterpret_cast<char*>(scratch),
+                             static_cast<int>(raw_len), static_cast<int>(scratch_len));
+    const uint64_t limit = mode == Compression::kAuto ? raw_len - raw_len / 8 : raw_len - 1;
+    if (n > 0 && static_cast<uint64_t>(n) <= limit) {
+      out.codec = Codec::kLz4;
+      out.data = scratch;
+      out.stored_len = static_cast<uint32_t>(n);
+    }
+  }
+  out.checksum = Checksum(out.data, out.stored_len);
+  return out;
+}
+
+Status SegmentCodec::Decode(const Segment& seg, const uint8_t* stored, uint8_t* out) {
+  const uint64_t actual = Checksum(stored, seg.stored_len);
+  if (actual != seg.checksum) {
+    return Status::IoError("checksum mismatch on device " + std::to_string(seg.device) +
+                           " at offset " + std::to_string(seg.offset) + " (" +
+                           std::to_string(seg.stored_len) + " bytes)");
+  }
+  switch (seg.codec) {
+    case Codec::kNone:
+      if (seg.stored_len != seg.raw_len) return Status::Corruption("raw segment length mismatch");
+      std::memcpy(out, stored, seg.raw_len);
+      return Status::Ok();
+    case Codec::kLz4: {
+      const int n =
+          LZ4_decompress_safe(reinterpret_cast<const char*>(stored), reinterpret_cast<char*>(out),
+                              static_cast<int>(seg.stored_len), static_cast<int>(seg.raw_len));
+      if (n < 0 || static_cast<uint32_t>(n) != seg.raw_len) {
+        return Status::Corruption("lz4 segment does not decode to its length");
+      }
+      return Status::Ok();
+    }
+  }
+  return Status::Corruption("unknown segment codec " + std::to_string(int(seg.codec)));
+}
+
+Status SegmentCodec::DecodeRange(const Segment& seg, const uint8_t* stored, uint32_t from,
+                                 uint32_t len, uint8_t* out, std::vector<uint8_t>* scratch) {
+  if (static_cast<uint64_t>(from) + len > seg.raw_len) {
+    return Status::Invalid("segment range past its end");
+  }
+  if (seg.codec == Codec::kNone || (from == 0 && len == seg.raw_len)) {
+    if (seg.codec == Codec::kNone) {
+      if (Checksum(stored, seg.stored_len) != seg.checksum) return Decode(seg, stored, out);
+      if (seg.stored_len != seg.raw_len) return Status::Corruption("raw segment length mismatch");
+      std::memcpy(out, stored + from, len);
+      return Status::Ok();
+    }
+    return Decode(seg, stored, out);
+  }
+  scratch->resize(seg.raw_len);
+  KVFS_RETURN_IF_ERROR(Decode(seg, stored, scratch->data()));
+  std::memcpy(out, scratch->data() + from, len);
+  return Status::Ok();
+}
+
+}  // namespace kvfs

@@ -1,0 +1,45 @@
+// SegmentCodec: turns one segment of raw bytes into its stored payload (raw or lz4) with the
+// xxh3 checksum of the stored bytes, and back. The checksum covers what is on the device, so a
+// corrupt payload is rejected before lz4 ever parses it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvfs/local_engine.h"
+#include "kvfs/object.h"
+#include "kvfs/status.h"
+
+namespace kvfs {
+
+struct EncodedSegment {
+  Codec codec = Codec::kNone;
+  const uint8_t* data = nullptr;  // the stored payload: `raw` itself or `scratch`
+  uint32_t stored_len = 0;
+  uint64_t checksum = 0;
+};
+
+class SegmentCodec {
+ public:
+  // Scratch bytes Encode needs for a segment of `segment_size` raw bytes.
+  static size_t ScratchSize(uint32_t segment_size);
+  static uint64_t Checksum(const void* data, size_t len);
+
+  // kLz4 keeps lz4 whenever it is smaller at all, kAuto only when it saves at least 1/8 (less
+  // is not worth the decode cost on every read). Otherwise the raw bytes are stored as they are.
+  static EncodedSegment Encode(Compression mode, const uint8_t* raw, uint32_t raw_len,
+                               uint8_t* scratch, size_t scratch_len);
+
+  // Verifies `stored` against `seg.checksum`, then decodes raw bytes [from, from + len) of the
+  // segment into `out`. `scratch` (resized as needed) holds a whole lz4 segment when only part
+  // of it is wanted.
+  static Status DecodeRange(const Segment& seg, const uint8_t* stored, uint32_t from, uint32_t len,
+                            uint8_t* out, std::vector<uint8_t>* scratch);
+
+  // Verifies `stored` against `seg.checksum`, then decodes exactly seg.raw_len bytes into `out`.
+  // A mismatch is EIO "checksum mismatch ..." and `out` is left untouched.
+  static Status Decode(const Segment& seg, const uint8_t* stored, uint8_t* out);
+};
+
+}  // namespace kvfs
