@@ -1,0 +1,110 @@
+// Authentication: the pure handshakes both ways, and the shared-secret file.
+#include "auth.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace kvfs {
+namespace {
+
+SharedSecret Secret(const std::string& s) { return SharedSecret::FromBytes(s).value(); }
+
+TEST(Auth, SameSecretAuthenticatesBothWays) {
+  SharedSecret secret = Secret("correct horse battery staple");
+  ClientHandshake client(secret, "node-a");
+  ServerHandshake server(secret);
+  auto challenge = server.OnHello(client.Start());
+  ASSERT_TRUE(challenge.ok());
+  auto auth = client.OnChallenge(*challenge);
+  ASSERT_TRUE(auth.ok());
+  auto ok = server.OnAuth(*auth);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(server.authenticated());
+  EXPECT_EQ(server.peer_node(), "node-a");
+  EXPECT_TRUE(client.OnAuthOk(*ok).ok());
+}
+
+TEST(Auth, WrongClientSecretRefused) {
+  SharedSecret good = Secret("the-cluster-secret-1234");
+  SharedSecret bad = Secret("not-the-cluster-secret!");
+  ClientHandshake client(bad);
+  ServerHandshake server(good);
+  auto auth = client.OnChallenge(server.OnHello(client.Start()).value());
+  ASSERT_TRUE(auth.ok());
+  auto ok = server.OnAuth(*auth);
+  EXPECT_EQ(ok.status().err(), EACCES);
+  EXPECT_FALSE(server.authenticated());
+}
+
+TEST(Auth, ServerWithWrongSecretIsDetectedByClient) {
+  SharedSecret good = Secret("the-cluster-secret-1234");
+  SharedSecret bad = Secret("an-impostor-server-5678");
+  ClientHandshake client(good);
+  ServerHandshake server(bad);
+  wire::Hello hello = client.Start();
+  wire::Challenge challenge = server.OnHello(hello).value();
+  ASSERT_TRUE(client.OnChallenge(challenge).ok());
+  // The impostor answers with a proof made from its own secret over the real nonces.
+  wire::AuthOk forged{ComputeProof(bad, AuthRole::kServer, hello.nonce, challenge.nonce)};
+  EXPECT_EQ(client.OnAuthOk(forged).err(), EACCES);
+}
+
+TEST(Auth, ReflectedClientProofIsNotAServerProof) {
+  SharedSecret secret = Secret("the-cluster-secret-1234");
+  ClientHandshake client(secret);
+  ServerHandshake server(secret);
+  auto auth = client.OnChallenge(server.OnHello(client.Start()).value()).value();
+  EXPECT_EQ(client.OnAuthOk(wire::AuthOk{auth.proof}).err(), EACCES);
+}
+
+TEST(Auth, MissingSecretRefused) {
+  SharedSecret none;
+  ClientHandshake client(none);
+  ServerHandshake server(Secret("the-cluster-secret-1234"));
+  auto challenge = server.OnHello(client.Start()).value();
+  EXPECT_EQ(client.OnChallenge(challenge).status().err(), EACCES);
+  // A client that sends an all-zero proof (no secret) is refused by the server.
+  EXPECT_EQ(server.OnAuth(wire::Auth{}).status().err(), EACCES);
+}
+
+TEST(Auth, OutOfOrderStepsRefused) {
+  SharedSecret secret = Secret("the-cluster-secret-1234");
+  ServerHandshake server(secret);
+  EXPECT_EQ(server.OnAuth(wire::Auth{}).status().err(), EPROTO);  // AUTH before HELLO
+  ServerHandshake server2(secret);
+  ASSERT_TRUE(server2.OnHello(wire::Hello{}).ok());
+  EXPECT_EQ(server2.OnHello(wire::Hello{}).status().err(), EPROTO);  // HELLO twice
+  ClientHandshake client(secret);
+  EXPECT_EQ(client.OnChallenge(wire::Challenge{}).status().err(), EPROTO);
+}
+
+TEST(Auth, NoncesAreFresh) {
+  EXPECT_NE(RandomNonce(), RandomNonce());
+  SharedSecret secret = Secret("the-cluster-secret-1234");
+  wire::Nonce a = RandomNonce(), b = RandomNonce();
+  EXPECT_NE(ComputeProof(secret, AuthRole::kClient, a, b),
+            ComputeProof(secret, AuthRole::kClient, b, a));
+  EXPECT_TRUE(ProofMatches(ComputeProof(secret, AuthRole::kClient, a, b),
+                           ComputeProof(secret, AuthRole::kClient, a, b)));
+}
+
+TEST(SharedSecretFile, ReadsAndStripsNewline) {
+  char path[] = "/tmp/kvfs-secret-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  { std::ofstream(path) << "0123456789abcdef-secret\n"; }
+  auto s = SharedSecret::FromFile(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->bytes(), "0123456789abcdef-secret");
+  { std::ofstream(path) << "short\n"; }
+  EXPECT_EQ(SharedSecret::FromFile(path).status().err(), EINVAL);
+  ::unlink(path);
+  EXPECT_EQ(SharedSecret::FromFile(path).status().err(), ENOENT);
+}
+
+}  // namespace
+}  // namespace kvfs

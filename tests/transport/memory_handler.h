@@ -1,0 +1,142 @@
+// An in-memory RequestHandler for transport tests: a flat map of key -> bytes with versions.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvfs/transport.h"
+
+namespace kvfs::testing {
+
+class MemoryHandler : public RequestHandler {
+ public:
+  struct Object {
+    std::vector<uint8_t> bytes;
+    uint64_t id = 0;
+    uint64_t version = 0;
+  };
+
+  Result<wire::LookupReply> Lookup(const wire::LookupRequest& req) override {
+    std::lock_guard lock(mu_);
+    wire::ObjectInfo info;
+    auto it = objects_.find(req.path);
+    if (it == objects_.end()) return info;  // exists = false: a miss is an answer, not an error
+    return InfoOf(it->second);
+  }
+
+  Result<wire::ListReply> List(const wire::ListRequest& req) override {
+    std::lock_guard lock(mu_);
+    wire::ListReply reply;
+    auto it = req.cursor.empty() ? objects_.begin() : objects_.upper_bound(req.cursor);
+    for (; it != objects_.end() && reply.entries.size() < req.max_entries; ++it) {
+      reply.entries.push_back({it->first, InfoOf(it->second)});
+    }
+    reply.done = it == objects_.end();
+    if (!reply.entries.empty()) reply.next_cursor = reply.entries.back().name;
+    return reply;
+  }
+
+  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) override {
+    if (req.key == "throw") throw std::runtime_error("boom");
+    WaitForConcurrency();
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(req.key);
+    if (it == objects_.end()) return Status::NotFound("no chunk " + req.key);
+    const Object& o = it->second;
+    if (req.version != 0 && req.version != o.version) return Status::Error(ESTALE, "version");
+    wire::GetReply reply;
+    reply.object_size = o.bytes.size();
+    reply.version = o.version;
+    if (req.offset < o.bytes.size()) {
+      reply.length = std::min<uint64_t>(out.size(), o.bytes.size() - req.offset);
+      std::copy_n(o.bytes.begin() + static_cast<long>(req.offset), reply.length, out.begin());
+    }
+    return reply;
+  }
+
+  Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data) override {
+    std::lock_guard lock(mu_);
+    Object& o = objects_[req.key];
+    o.bytes.assign(data.begin(), data.end());
+    o.id = o.id ? o.id : next_id_++;
+    o.version = next_version_++;
+    return wire::PutReply{o.id, o.version};
+  }
+
+  Status Remove(const wire::RemoveRequest& req) override {
+    std::lock_guard lock(mu_);
+    return objects_.erase(req.path) ? Status::Ok() : Status::NotFound(req.path);
+  }
+
+  Status Rename(const wire::RenameRequest& req) override {
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(req.from);
+    if (it == objects_.end()) return Status::NotFound(req.from);
+    if ((req.flags & wire::kRenameNoReplace) && objects_.count(req.to)) {
+      return Status::Error(EEXIST, req.to);
+    }
+    Object o = std::move(it->second);
+    objects_.erase(it);
+    objects_[req.to] = std::move(o);
+    return Status::Ok();
+  }
+
+  Result<StoreStats> Stats() override {
+    std::lock_guard lock(mu_);
+    StoreStats s;
+    s.files = objects_.size();
+    for (auto& [k, o] : objects_) s.logical_bytes += o.bytes.size();
+    s.devices = {"memory"};
+    return s;
+  }
+
+  // Makes Get calls wait until `n` of them are in flight at once (or a timeout passes), so a
+  // test can prove requests really run concurrently. Records the highest concurrency seen.
+  void RequireConcurrency(int n, std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+    want_concurrent_ = n;
+    wait_ = wait;
+  }
+  int max_concurrent() const { return max_concurrent_; }
+
+ private:
+  static wire::ObjectInfo InfoOf(const Object& o) {
+    wire::ObjectInfo info;
+    info.exists = true;
+    info.size = o.bytes.size();
+    info.id = o.id;
+    info.version = o.version;
+    info.mode = 0644;
+    return info;
+  }
+
+  void WaitForConcurrency() {
+    if (want_concurrent_ <= 1) return;
+    std::unique_lock lock(cmu_);
+    ++in_flight_;
+    max_concurrent_ = std::max(max_concurrent_.load(), in_flight_);
+    cv_.notify_all();
+    cv_.wait_for(lock, wait_, [&] { return in_flight_ >= want_concurrent_ || released_; });
+    if (in_flight_ >= want_concurrent_) released_ = true;  // let the rest of the test run free
+    --in_flight_;
+  }
+
+  std::mutex mu_;
+  std::map<std::string, Object> objects_;
+  uint64_t next_id_ = 100, next_version_ = 1;
+
+  std::mutex cmu_;
+  std::condition_variable cv_;
+  int want_concurrent_ = 0;
+  std::chrono::milliseconds wait_{5000};
+  int in_flight_ = 0;
+  bool released_ = false;
+  std::atomic<int> max_concurrent_{0};
+};
+
+}  // namespace kvfs::testing

@@ -1,0 +1,437 @@
+// TCP client and server on 127.0.0.1 (ephemeral ports) with an in-memory handler.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "auth.h"
+#include "kvfs/transport.h"
+#include "memory_handler.h"
+#include "tcp_client.h"
+#include "tcp_frame_io.h"
+#include "tcp_socket.h"
+
+namespace kvfs {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MemoryHandler;
+
+SharedSecret TestSecret() { return SharedSecret::FromBytes("kvfs-test-secret-0123456789").value(); }
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(&v[i], &x, 8);
+  }
+  for (; i < n; ++i) v[i] = static_cast<uint8_t>(rng());
+  return v;
+}
+
+class TcpTransportTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerOptions opts = {}) {
+    opts.host = "127.0.0.1";
+    opts.port = 0;
+    if (opts.secret.empty()) opts.secret = TestSecret();
+    auto s = StartPeerServer(opts, &handler_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+  }
+  std::unique_ptr<PeerClient> Client(ClientOptions opts = {}, bool with_secret = true) {
+    if (with_secret && opts.secret.empty()) opts.secret = TestSecret();
+    auto c = MakePeerClient({"127.0.0.1", server_->port()}, opts);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  // A raw socket to the server, for speaking (bad) protocol by hand.
+  Fd RawConnect() {
+    auto fd = TcpConnect("127.0.0.1", server_->port(), 0, Clock::now() + 2s);
+    EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+    return fd.ok() ? std::move(fd).value() : Fd();
+  }
+  // Waits for the server to close `fd` (reading and discarding what it sends first).
+  bool ClosedByServer(int fd) {
+    const Deadline deadline = Clock::now() + 5s;
+    char buf[4096];
+    while (Clock::now() < deadline) {
+      if (!WaitFd(fd, POLLIN, deadline).ok()) return false;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return true;  // reset counts as closed
+    }
+    return false;
+  }
+  void RawHandshake(int fd) {
+    ClientHandshake hs(secret_);
+    ASSERT_TRUE(
+        SendFrame(fd, wire::MsgType::kHello, 0, 1, wire::Encode(hs.Start()), {}, Clock::now() + 2s)
+            .ok());
+    ReceivedFrame f;
+    ASSERT_TRUE(RecvFrame(fd, 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+    wire::Challenge ch;
+    ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &ch).ok());
+    auto auth = hs.OnChallenge(ch);
+    ASSERT_TRUE(auth.ok());
+    ASSERT_TRUE(
+        SendFrame(fd, wire::MsgType::kAuth, 0, 2, wire::Encode(*auth), {}, Clock::now() + 2s).ok());
+    ASSERT_TRUE(RecvFrame(fd, 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+    ASSERT_EQ(f.header.type, wire::MsgType::kAuthOk);
+  }
+
+  SharedSecret secret_ = TestSecret();
+  MemoryHandler handler_;
+  std::unique_ptr<PeerServer> server_;
+};
+
+TEST_F(TcpTransportTest, PingLookupHitAndMiss) {
+  StartServer();
+  auto c = Client();
+  ASSERT_TRUE(c->Ping().ok());
+  std::vector<uint8_t> data = RandomBytes(1000, 1);
+  auto put = c->Put({"/m/a", 0644, 0, {}, 0, 0}, data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  auto hit = c->Lookup({"/m/a"});
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(hit->exists);
+  EXPECT_EQ(hit->size, 1000u);
+  EXPECT_EQ(hit->version, put->version);
+  auto miss = c->Lookup({"/m/none"});
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->exists);
+}
+
+TEST_F(TcpTransportTest, PutAndGetMultiMiBByteExact) {
+  StartServer();
+  auto c = Client();
+  const std::vector<uint8_t> data = RandomBytes(24u << 20, 2);
+  ASSERT_TRUE(c->Put({"/big", 0644, 0, {}, 0, 0}, data).ok());
+  std::vector<uint8_t> out(data.size());
+  auto r = c->Get({"/big", 0, data.size(), 0}, out);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->length, data.size());
+  EXPECT_EQ(r->object_size, data.size());
+  EXPECT_TRUE(out == data);
+  // A range at 4096, and a read of the tail that comes back short.
+  std::vector<uint8_t> part(1 << 20);
+  r = c->Get({"/big", 4096, part.size(), 0}, part);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(0, std::memcmp(part.data(), data.data() + 4096, part.size()));
+  r = c->Get({"/big", data.size() - 100, part.size(), 0}, part);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->length, 100u);
+  EXPECT_EQ(0, std::memcmp(part.data(), data.data() + data.size() - 100, 100));
+}
+
+TEST_F(TcpTransportTest, RemoteErrnoComesBackAndConnectionIsReused) {
+  StartServer();
+  ClientOptions opts;
+  opts.connections = 1;
+  auto c = Client(opts);
+  std::vector<uint8_t> out(16);
+  auto r = c->Get({"/missing", 0, 16, 0}, out);
+  EXPECT_EQ(r.status().err(), ENOENT);
+  EXPECT_NE(r.status().message().find("no chunk /missing"), std::string::npos);
+  ASSERT_TRUE(c->Put({"/v", 0644, 0, {}, 0, 0}, out).ok());
+  EXPECT_EQ(c->Get({"/v", 0, 16, 999}, out).status().err(), ESTALE);
+  EXPECT_TRUE(c->Ping().ok());
+  EXPECT_EQ(static_cast<TcpPeerClient*>(c.get())->open_connections(), 1u);
+}
+
+TEST_F(TcpTransportTest, ListPagesWithCursor) {
+  StartServer();
+  auto c = Client();
+  for (int i = 0; i < 25; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/d/%03d", i);
+    ASSERT_TRUE(c->Put({name, 0644, 0, {}, 0, 0}, std::span<const uint8_t>()).ok());
+  }
+  std::vector<std::string> names;
+  wire::ListRequest req{"/d", "", 10};
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = c->List(req);
+    ASSERT_TRUE(page.ok());
+    EXPECT_LE(page->entries.size(), 10u);
+    for (auto& e : page->entries) names.push_back(e.name);
+    if (page->done) break;
+    req.cursor = page->next_cursor;
+  }
+  ASSERT_EQ(names.size(), 25u);
+  EXPECT_EQ(names.front(), "/d/000");
+  EXPECT_EQ(names.back(), "/d/024");
+}
+
+TEST_F(TcpTransportTest, RemoveRenameStats) {
+  StartServer();
+  auto c = Client();
+  std::vector<uint8_t> data(10, 1);
+  ASSERT_TRUE(c->Put({"/x.tmp", 0644, 0, {}, 0, 0}, data).ok());
+  ASSERT_TRUE(c->Put({"/y", 0644, 0, {}, 0, 0}, data).ok());
+  EXPECT_EQ(c->Rename({"/x.tmp", "/y", wire::kRenameNoReplace}).err(), EEXIST);
+  ASSERT_TRUE(c->Rename({"/x.tmp", "/x", 0}).ok());
+  EXPECT_TRUE(c->Lookup({"/x"})->exists);
+  EXPECT_FALSE(c->Lookup({"/x.tmp"})->exists);
+  ASSERT_TRUE(c->Remove({"/y"}).ok());
+  EXPECT_EQ(c->Remove({"/y"}).err(), ENOENT);
+  auto st = c->Stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->files, 1u);
+  EXPECT_EQ(st->logical_bytes, 10u);
+  EXPECT_EQ(st->devices, std::vector<std::string>{"memory"});
+}
+
+TEST_F(TcpTransportTest, ConcurrentRequestsOverSeveralConnections) {
+  ServerOptions sopts;
+  sopts.threads = 8;
+  StartServer(sopts);
+  ClientOptions copts;
+  copts.connections = 4;
+  auto c = Client(copts);
+  std::vector<std::vector<uint8_t>> blobs;
+  for (int i = 0; i < 8; ++i) {
+    blobs.push_back(RandomBytes(1 << 20, 100 + i));
+    ASSERT_TRUE(c->Put({"/c/" + std::to_string(i), 0644, 0, {}, 0, 0}, blobs.back()).ok());
+  }
+  // Gets block in the handler until 4 are in flight at once: only true concurrency over 4
+  // connections gets past that (otherwise the handler times out after 5 s and the check fails).
+  handler_.RequireConcurrency(4);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> out(1 << 20);
+      for (int k = 0; k < 10; ++k) {
+        const int i = (t + k) % 8;
+        auto r = c->Get({"/c/" + std::to_string(i), 0, out.size(), 0}, out);
+        if (!r.ok() || out != blobs[i]) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(handler_.max_concurrent(), 4);
+  EXPECT_LE(static_cast<TcpPeerClient*>(c.get())->open_connections(), 4u);
+}
+
+TEST(TcpTimeouts, SilentServerCostsOneTimeout) {
+  // A socket that listens but never accepts or answers: the kernel completes the TCP connect,
+  // then nothing. The client must give up at its deadline.
+  auto listener = TcpListen("127.0.0.1", 0, 16);
+  ASSERT_TRUE(listener.ok());
+  const uint16_t port = LocalPort(listener->get()).value();
+  ClientOptions opts;
+  opts.secret = TestSecret();
+  opts.request_timeout = 300ms;
+  auto c = MakePeerClient({"127.0.0.1", port}, opts).value();
+  const auto t0 = Clock::now();
+  Status st = c->Ping();
+  const auto elapsed = Clock::now() - t0;
+  EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
+  EXPECT_LT(elapsed, 3s);  // generous: 10x the deadline
+  // A per-call deadline overrides the default.
+  const auto t1 = Clock::now();
+  EXPECT_EQ(c->Ping(CallOptions{100ms}).err(), ETIMEDOUT);
+  EXPECT_LT(Clock::now() - t1, 1s);
+}
+
+TEST_F(TcpTransportTest, StalledHandlerAfterAuthTimesOut) {
+  // Authenticated, then the server stops answering (its handler is stuck): one timeout.
+  handler_.RequireConcurrency(1000, 1500ms);  // every Get waits 1.5 s in the handler
+  StartServer();
+  ClientOptions opts;
+  opts.request_timeout = 300ms;
+  auto c = Client(opts);
+  ASSERT_TRUE(c->Ping().ok());
+  std::vector<uint8_t> out(10);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(c->Get({"/slow", 0, 10, 0}, out).status().err(), ETIMEDOUT);
+  EXPECT_LT(Clock::now() - t0, 3s);
+  // The timed-out connection was dropped, not reused with a late answer in it.
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST(TcpTimeouts, GoneServerGivesPromptConnectionError) {
+  uint16_t port;
+  {
+    auto listener = TcpListen("127.0.0.1", 0, 16);
+    ASSERT_TRUE(listener.ok());
+    port = LocalPort(listener->get()).value();
+  }  // closed: nothing listens on the port now
+  ClientOptions opts;
+  opts.secret = TestSecret();
+  opts.request_timeout = 5s;
+  auto c = MakePeerClient({"127.0.0.1", port}, opts).value();
+  const auto t0 = Clock::now();
+  Status st = c->Ping();
+  EXPECT_EQ(st.err(), ECONNREFUSED) << st.ToString();
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+TEST_F(TcpTransportTest, WrongSecretRefused) {
+  StartServer();
+  ClientOptions opts;
+  opts.secret = SharedSecret::FromBytes("some-other-secret-987654").value();
+  auto c = Client(opts);
+  Status st = c->Ping();
+  EXPECT_EQ(st.err(), EACCES) << st.ToString();
+}
+
+TEST_F(TcpTransportTest, MissingSecretRefused) {
+  StartServer();
+  ClientOptions opts;  // no secret
+  auto c = MakePeerClient({"127.0.0.1", server_->port()}, opts);
+  EXPECT_EQ(c.status().err(), EACCES);
+  // And on the wire: AUTH with a proof made without the secret is refused and closed.
+  Fd fd = RawConnect();
+  ClientHandshake hs(SharedSecret{});
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kHello, 0, 1, wire::Encode(hs.Start()), {},
+                        Clock::now() + 2s)
+                  .ok());
+  ReceivedFrame f;
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kAuth, 0, 2, wire::Encode(wire::Auth{}), {},
+                        Clock::now() + 2s)
+                  .ok());
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  EXPECT_EQ(f.header.type, wire::MsgType::kError);
+  wire::ErrorReply err;
+  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &err).ok());
+  EXPECT_EQ(err.err, EACCES);
+  EXPECT_TRUE(ClosedByServer(fd.get()));
+}
+
+TEST_F(TcpTransportTest, RequestBeforeAuthRefused) {
+  StartServer();
+  Fd fd = RawConnect();
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kLookup, 0, 1,
+                        wire::Encode(wire::LookupRequest{"/x"}), {}, Clock::now() + 2s)
+                  .ok());
+  ReceivedFrame f;
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  EXPECT_EQ(f.header.type, wire::MsgType::kError);
+  wire::ErrorReply err;
+  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &err).ok());
+  EXPECT_EQ(err.err, EACCES);
+  EXPECT_TRUE(ClosedByServer(fd.get()));
+}
+
+TEST_F(TcpTransportTest, OversizedFrameClosesConnection) {
+  ServerOptions sopts;
+  sopts.max_frame = 1 << 20;
+  StartServer(sopts);
+  // Before auth: a header announcing 100 MiB.
+  {
+    Fd fd = RawConnect();
+    uint8_t head[wire::kHeaderSize];
+    wire::EncodeHeader({wire::MsgType::kHello, 0, 1, 100u << 20}, head);
+    ASSERT_EQ(::send(fd.get(), head, sizeof head, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof head));
+    EXPECT_TRUE(ClosedByServer(fd.get()));
+  }
+  // After auth: a PUT over the server's cap.
+  {
+    Fd fd = RawConnect();
+    RawHandshake(fd.get());
+    uint8_t head[wire::kHeaderSize];
+    wire::EncodeHeader({wire::MsgType::kPut, 0, 3, 2u << 20}, head);
+    ASSERT_EQ(::send(fd.get(), head, sizeof head, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof head));
+    EXPECT_TRUE(ClosedByServer(fd.get()));
+  }
+  // Through the client: the PUT fails, the next request works on a fresh connection.
+  ClientOptions copts;
+  copts.max_frame = 8 << 20;
+  auto c = Client(copts);
+  std::vector<uint8_t> big(2 << 20, 7);
+  Status st = c->Put({"/too-big", 0644, 0, {}, 0, 0}, big).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(st.err() == EMSGSIZE || st.err() == ECONNRESET || st.err() == EPIPE) << st.ToString();
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST_F(TcpTransportTest, GarbageClosesConnection) {
+  StartServer();
+  Fd fd = RawConnect();
+  std::string junk(64, 'z');
+  ASSERT_EQ(::send(fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL), 64);
+  EXPECT_TRUE(ClosedByServer(fd.get()));
+  // The server is fine afterwards.
+  EXPECT_TRUE(Client()->Ping().ok());
+}
+
+TEST_F(TcpTransportTest, MalformedMetaAfterAuthClosesConnection) {
+  StartServer();
+  Fd fd = RawConnect();
+  RawHandshake(fd.get());
+  ASSERT_TRUE(
+      SendFrame(fd.get(), wire::MsgType::kLookup, 0, 3, "\xff\xff\xff\xff", {}, Clock::now() + 2s)
+          .ok());
+  ReceivedFrame f;
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  EXPECT_EQ(f.header.type, wire::MsgType::kError);
+  EXPECT_TRUE(ClosedByServer(fd.get()));
+}
+
+TEST_F(TcpTransportTest, HandlerExceptionBecomesEio) {
+  StartServer();
+  auto c = Client();
+  std::vector<uint8_t> out(8);
+  auto r = c->Get({"throw", 0, 8, 0}, out);
+  EXPECT_EQ(r.status().err(), EIO);
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+TEST_F(TcpTransportTest, StopClosesIdleConnectionsPromptly) {
+  StartServer();
+  auto c = Client();
+  ASSERT_TRUE(c->Ping().ok());
+  const auto t0 = Clock::now();
+  server_->Stop();
+  EXPECT_LT(Clock::now() - t0, 5s);
+  Status st = c->Ping(CallOptions{1s});
+  EXPECT_FALSE(st.ok());
+}
+
+TEST(TcpServerOptions, RefusesToStartWithoutSecret) {
+  MemoryHandler handler;
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  EXPECT_EQ(StartPeerServer(opts, &handler).status().err(), EINVAL);
+}
+
+TEST(TransportFactory, ParsesKinds) {
+  EXPECT_EQ(ParseTransportKind("tcp").value(), TransportKind::kTcp);
+  EXPECT_EQ(ParseTransportKind("rdma").value(), TransportKind::kRdma);
+  EXPECT_EQ(ParseTransportKind("auto").value(), TransportKind::kAuto);
+  EXPECT_EQ(ParseTransportKind("udp").status().err(), EINVAL);
+}
+
+TEST(TransportFactory, AutoFallsBackToTcpWithoutDevice) {
+  if (RdmaDeviceAvailable()) GTEST_SKIP() << "host has an RDMA device";
+  MemoryHandler handler;
+  ServerOptions sopts;
+  sopts.kind = TransportKind::kAuto;
+  sopts.host = "127.0.0.1";
+  sopts.secret = TestSecret();
+  auto server = StartPeerServer(sopts, &handler);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ClientOptions copts;
+  copts.kind = TransportKind::kAuto;
+  copts.secret = TestSecret();
+  auto c = MakePeerClient({"127.0.0.1", (*server)->port()}, copts);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(dynamic_cast<TcpPeerClient*>(c->get()), nullptr);
+  EXPECT_TRUE((*c)->Ping().ok());
+  // Explicit RDMA without a device is a clear error, not a silent fallback.
+  copts.kind = TransportKind::kRdma;
+  EXPECT_EQ(MakePeerClient({"127.0.0.1", (*server)->port()}, copts).status().err(), ENODEV);
+  sopts.kind = TransportKind::kRdma;
+  EXPECT_EQ(StartPeerServer(sopts, &handler).status().err(), ENODEV);
+}
+
+}  // namespace
+}  // namespace kvfs

@@ -1,0 +1,335 @@
+// Wire protocol: every message round-trips through a whole frame; every class of malformed frame
+// is rejected with a Status.
+#include "kvfs/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace kvfs::wire {
+namespace {
+
+template <typename T>
+T RoundTrip(MsgType type, uint32_t flags, const T& msg, std::span<const uint8_t> data = {}) {
+  const std::string frame = EncodeFrame(type, flags, 42, Encode(msg), data);
+  FrameView view;
+  Status st = DecodeFrame(AsBytes(frame), kDefaultMaxFrame, &view);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(view.header.type, type);
+  EXPECT_EQ(view.header.flags, flags);
+  EXPECT_EQ(view.header.request_id, 42u);
+  EXPECT_EQ(view.data.size(), data.size());
+  if (!data.empty()) {
+    EXPECT_EQ(0, std::memcmp(view.data.data(), data.data(), data.size()));
+  }
+  T out{};
+  st = Decode(view.meta, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+ObjectInfo SampleInfo() {
+  ObjectInfo i;
+  i.exists = true;
+  i.type = ObjectType::kFile;
+  i.mode = 0640;
+  i.flags = kFlagPinned;
+  i.size = 32ull << 20;
+  i.mtime = {1700000000, 123456789};
+  i.id = 77;
+  i.version = 9;
+  return i;
+}
+
+void ExpectInfoEq(const ObjectInfo& a, const ObjectInfo& b) {
+  EXPECT_EQ(a.exists, b.exists);
+  EXPECT_EQ(a.type, b.type);
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.flags, b.flags);
+  EXPECT_EQ(a.size, b.size);
+  EXPECT_EQ(a.mtime.sec, b.mtime.sec);
+  EXPECT_EQ(a.mtime.nsec, b.mtime.nsec);
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.version, b.version);
+}
+
+TEST(WireHeader, RoundTripsEveryField) {
+  FrameHeader h;
+  h.type = MsgType::kGet;
+  h.flags = kFlagResponse | kFlagRdmaData;
+  h.request_id = 0x0102030405060708ull;
+  h.payload_len = 1234;
+  uint8_t buf[kHeaderSize];
+  EncodeHeader(h, buf);
+  FrameHeader out;
+  ASSERT_TRUE(DecodeHeader({buf, sizeof buf}, kDefaultMaxFrame, &out).ok());
+  EXPECT_EQ(out.type, h.type);
+  EXPECT_EQ(out.flags, h.flags);
+  EXPECT_EQ(out.request_id, h.request_id);
+  EXPECT_EQ(out.payload_len, h.payload_len);
+  // Little-endian magic "KVFW" on the wire.
+  EXPECT_EQ(0, std::memcmp(buf, "KVFW", 4));
+}
+
+TEST(WireMessages, Hello) {
+  Hello m{"node-a", {}};
+  m.nonce[0] = 1;
+  m.nonce[31] = 255;
+  Hello out = RoundTrip(MsgType::kHello, 0, m);
+  EXPECT_EQ(out.node, "node-a");
+  EXPECT_EQ(out.nonce, m.nonce);
+}
+
+TEST(WireMessages, ChallengeAuthAuthOk) {
+  Challenge c;
+  c.nonce.fill(7);
+  EXPECT_EQ(RoundTrip(MsgType::kChallenge, kFlagResponse, c).nonce, c.nonce);
+  Auth a;
+  a.proof.fill(9);
+  EXPECT_EQ(RoundTrip(MsgType::kAuth, 0, a).proof, a.proof);
+  AuthOk ok;
+  ok.proof.fill(3);
+  EXPECT_EQ(RoundTrip(MsgType::kAuthOk, kFlagResponse, ok).proof, ok.proof);
+}
+
+TEST(WireMessages, PingAndPong) {
+  RoundTrip(MsgType::kPing, 0, Ping{});
+  RoundTrip(MsgType::kPing, kFlagResponse, Pong{});
+}
+
+TEST(WireMessages, Lookup) {
+  EXPECT_EQ(RoundTrip(MsgType::kLookup, 0, LookupRequest{"/llama/ab/cd.bin"}).path,
+            "/llama/ab/cd.bin");
+  ExpectInfoEq(RoundTrip(MsgType::kLookup, kFlagResponse, SampleInfo()), SampleInfo());
+  ObjectInfo missing;
+  EXPECT_FALSE(RoundTrip(MsgType::kLookup, kFlagResponse, missing).exists);
+}
+
+TEST(WireMessages, List) {
+  ListRequest req{"/dir", "cursor-17", 500};
+  ListRequest r = RoundTrip(MsgType::kList, 0, req);
+  EXPECT_EQ(r.path, "/dir");
+  EXPECT_EQ(r.cursor, "cursor-17");
+  EXPECT_EQ(r.max_entries, 500u);
+
+  ListReply reply;
+  for (int i = 0; i < 100; ++i) {
+    DirEntry e;
+    e.name = "chunk-" + std::to_string(i);
+    e.info = SampleInfo();
+    e.info.id = static_cast<uint64_t>(i);
+    reply.entries.push_back(e);
+  }
+  reply.next_cursor = "chunk-99";
+  reply.done = false;
+  ListReply out = RoundTrip(MsgType::kList, kFlagResponse, reply);
+  ASSERT_EQ(out.entries.size(), 100u);
+  EXPECT_EQ(out.entries[42].name, "chunk-42");
+  EXPECT_EQ(out.entries[42].info.id, 42u);
+  EXPECT_EQ(out.next_cursor, "chunk-99");
+  EXPECT_FALSE(out.done);
+}
+
+TEST(WireMessages, GetWithInlineData) {
+  GetRequest req{"obj:1234", 4096, 1 << 20, 5};
+  GetRequest r = RoundTrip(MsgType::kGet, 0, req);
+  EXPECT_EQ(r.key, "obj:1234");
+  EXPECT_EQ(r.offset, 4096u);
+  EXPECT_EQ(r.length, 1u << 20);
+  EXPECT_EQ(r.version, 5u);
+
+  std::vector<uint8_t> data(100000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31);
+  GetReply reply{1 << 24, 5, data.size(), std::nullopt};
+  GetReply out = RoundTrip(MsgType::kGet, kFlagResponse, reply, data);
+  EXPECT_EQ(out.object_size, 1u << 24);
+  EXPECT_EQ(out.length, data.size());
+  EXPECT_FALSE(out.remote.has_value());
+}
+
+TEST(WireMessages, GetWithRdmaGrant) {
+  GetReply reply{1 << 25, 3, 1 << 20, RemoteBuffer{99, 0x7f0000001000ull, 0xabcd, 1 << 20}};
+  GetReply out = RoundTrip(MsgType::kGet, kFlagResponse | kFlagRdmaData, reply);
+  ASSERT_TRUE(out.remote.has_value());
+  EXPECT_EQ(out.remote->token, 99u);
+  EXPECT_EQ(out.remote->addr, 0x7f0000001000ull);
+  EXPECT_EQ(out.remote->rkey, 0xabcdu);
+  EXPECT_EQ(out.remote->length, 1u << 20);
+}
+
+TEST(WireMessages, PutWithData) {
+  std::vector<uint8_t> data(4096, 0x5a);
+  PutRequest req;
+  req.key = "/a/b";
+  req.mode = 0600;
+  req.flags = kFlagPinned;
+  req.mtime = {5, 6};
+  req.prefix_parent = 11;
+  req.length = data.size();
+  PutRequest out = RoundTrip(MsgType::kPut, 0, req, data);
+  EXPECT_EQ(out.key, "/a/b");
+  EXPECT_EQ(out.mode, 0600u);
+  EXPECT_EQ(out.flags, static_cast<uint32_t>(kFlagPinned));
+  EXPECT_EQ(out.mtime.sec, 5);
+  EXPECT_EQ(out.prefix_parent, 11u);
+  EXPECT_EQ(out.length, 4096u);
+  PutReply pr = RoundTrip(MsgType::kPut, kFlagResponse, PutReply{12, 13});
+  EXPECT_EQ(pr.id, 12u);
+  EXPECT_EQ(pr.version, 13u);
+}
+
+TEST(WireMessages, RemoveRenameStatsErrorRelease) {
+  EXPECT_EQ(RoundTrip(MsgType::kRemove, 0, RemoveRequest{"/x"}).path, "/x");
+  RoundTrip(MsgType::kRemove, kFlagResponse, RemoveReply{});
+  RenameRequest rn =
+      RoundTrip(MsgType::kRename, 0, RenameRequest{"/a.tmp", "/a", kRenameNoReplace});
+  EXPECT_EQ(rn.from, "/a.tmp");
+  EXPECT_EQ(rn.to, "/a");
+  EXPECT_EQ(rn.flags, static_cast<uint32_t>(kRenameNoReplace));
+  RoundTrip(MsgType::kRename, kFlagResponse, RenameReply{});
+  RoundTrip(MsgType::kStats, 0, StatsRequest{});
+  StoreStats st;
+  st.capacity_bytes = 1ull << 40;
+  st.used_bytes = 5;
+  st.evictions = 7;
+  st.segment_size = 1 << 20;
+  st.devices = {"/dev/a", "/data/device0.kvfs"};
+  StoreStats so = RoundTrip(MsgType::kStats, kFlagResponse, st);
+  EXPECT_EQ(so.capacity_bytes, 1ull << 40);
+  EXPECT_EQ(so.evictions, 7u);
+  EXPECT_EQ(so.devices, st.devices);
+  ErrorReply e = RoundTrip(MsgType::kError, kFlagResponse, ErrorReply{ENOENT, "no such chunk"});
+  EXPECT_EQ(e.err, ENOENT);
+  EXPECT_EQ(e.message, "no such chunk");
+  EXPECT_EQ(RoundTrip(MsgType::kRdmaRelease, 0, RdmaRelease{1234}).token, 1234u);
+}
+
+// ---- malformed frames ----
+
+std::string GoodFrame() { return EncodeFrame(MsgType::kLookup, 0, 1, Encode(LookupRequest{"/p"})); }
+
+Status DecodeBytes(const std::string& bytes, uint32_t cap = kDefaultMaxFrame) {
+  FrameView view;
+  return DecodeFrame(AsBytes(bytes), cap, &view);
+}
+
+// Re-seals the header checksum after a deliberate edit, so only the edited field is wrong.
+void Reseal(std::string& frame) {
+  const uint32_t crc = Crc32c(frame.data(), 28);
+  for (int i = 0; i < 4; ++i) frame[28 + i] = static_cast<char>(crc >> (8 * i));
+}
+
+TEST(WireMalformed, GoodFrameDecodes) { EXPECT_TRUE(DecodeBytes(GoodFrame()).ok()); }
+
+TEST(WireMalformed, BadMagic) {
+  std::string f = GoodFrame();
+  f[0] = 'X';
+  Status st = DecodeBytes(f);
+  EXPECT_EQ(st.err(), EPROTO);
+  EXPECT_NE(st.message().find("magic"), std::string::npos);
+}
+
+TEST(WireMalformed, BadChecksum) {
+  std::string f = GoodFrame();
+  f[17] ^= 0x01;  // request id bit: only the checksum can notice
+  Status st = DecodeBytes(f);
+  EXPECT_EQ(st.err(), EPROTO);
+  EXPECT_NE(st.message().find("checksum"), std::string::npos);
+}
+
+TEST(WireMalformed, BadVersionWithValidChecksum) {
+  std::string f = GoodFrame();
+  f[4] = 2;
+  Reseal(f);
+  Status st = DecodeBytes(f);
+  EXPECT_EQ(st.err(), EPROTO);
+  EXPECT_NE(st.message().find("version"), std::string::npos) << st.ToString();
+}
+
+TEST(WireMalformed, ReservedBitsWithValidChecksum) {
+  std::string f = GoodFrame();
+  f[25] = 1;
+  Reseal(f);
+  EXPECT_EQ(DecodeBytes(f).err(), EPROTO);
+}
+
+TEST(WireMalformed, UnknownType) {
+  for (uint16_t type : {uint16_t{0}, uint16_t{kMaxMsgType + 1}, uint16_t{0xffff}}) {
+    std::string f = EncodeFrame(static_cast<MsgType>(type), 0, 1, "");
+    Status st = DecodeBytes(f);
+    EXPECT_EQ(st.err(), EPROTO) << type;
+    EXPECT_NE(st.message().find("unknown message type"), std::string::npos);
+  }
+}
+
+TEST(WireMalformed, UnknownFlags) {
+  std::string f = EncodeFrame(MsgType::kPing, 1u << 7, 1, "");
+  EXPECT_EQ(DecodeBytes(f).err(), EPROTO);
+}
+
+TEST(WireMalformed, Oversized) {
+  std::string meta(2000, 'a');
+  std::string f = EncodeFrame(MsgType::kError, kFlagResponse, 1, meta);
+  Status st = DecodeBytes(f, /*cap=*/1024);
+  EXPECT_EQ(st.err(), EMSGSIZE);
+}
+
+TEST(WireMalformed, TruncatedAtEveryLength) {
+  const std::string f = GoodFrame();
+  for (size_t n = 0; n < f.size(); ++n) {
+    Status st = DecodeBytes(f.substr(0, n));
+    EXPECT_FALSE(st.ok()) << n;
+    EXPECT_EQ(st.err(), EPROTO) << n;
+  }
+}
+
+TEST(WireMalformed, TrailingBytes) { EXPECT_EQ(DecodeBytes(GoodFrame() + "x").err(), EPROTO); }
+
+TEST(WireMalformed, MetaLengthPastPayload) {
+  std::string f = GoodFrame();
+  f[kHeaderSize] = static_cast<char>(0xff);  // meta_len low byte
+  EXPECT_EQ(DecodeBytes(f).err(), EPROTO);
+}
+
+TEST(WireMalformed, DataOnAFrameThatCarriesNone) {
+  const uint8_t extra[3] = {1, 2, 3};
+  std::string f = EncodeFrame(MsgType::kLookup, 0, 1, Encode(LookupRequest{"/p"}), extra);
+  EXPECT_EQ(DecodeBytes(f).err(), EPROTO);
+}
+
+TEST(WireMalformed, MetaTruncatedOrPadded) {
+  const std::string meta = Encode(GetRequest{"key", 0, 10, 0});
+  GetRequest r;
+  for (size_t n = 0; n < meta.size(); ++n) {
+    EXPECT_EQ(Decode(AsBytes(meta.substr(0, n)), &r).err(), EPROTO) << n;
+  }
+  EXPECT_EQ(Decode(AsBytes(meta + "z"), &r).err(), EPROTO);
+}
+
+TEST(WireMalformed, FieldLimits) {
+  LookupRequest r;
+  EXPECT_EQ(Decode(AsBytes(Encode(LookupRequest{std::string(kMaxPathLen + 1, 'a')})), &r).err(),
+            EPROTO);
+  EXPECT_EQ(Decode(AsBytes(Encode(LookupRequest{std::string("a\0b", 3)})), &r).err(), EPROTO);
+  GetRequest g;
+  EXPECT_EQ(Decode(AsBytes(Encode(GetRequest{"k", ~0ull, 2, 0})), &g).err(), EPROTO);  // wraps
+  ListRequest l;
+  EXPECT_EQ(Decode(AsBytes(Encode(ListRequest{"/", "", 0})), &l).err(), EPROTO);
+  ErrorReply e;
+  EXPECT_EQ(Decode(AsBytes(Encode(ErrorReply{0, "ok is not an error"})), &e).err(), EPROTO);
+  ObjectInfo bad_type = SampleInfo();
+  std::string enc = Encode(bad_type);
+  enc[1] = 9;  // object type byte
+  ObjectInfo oi;
+  EXPECT_EQ(Decode(AsBytes(enc), &oi).err(), EPROTO);
+}
+
+TEST(WireMalformed, ListCountLargerThanBytes) {
+  // A count of 65536 entries with no bytes behind it must fail without reserving memory for them.
+  std::string meta = "\x00\x00\x01\x00";
+  ListReply reply;
+  EXPECT_EQ(Decode(AsBytes(meta), &reply).err(), EPROTO);
+}
+
+}  // namespace
+}  // namespace kvfs::wire

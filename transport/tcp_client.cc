@@ -1,0 +1,245 @@
+#include "tcp_client.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+#include "auth.h"
+
+namespace kvfs {
+
+using wire::MsgType;
+
+namespace {
+// Room left in a frame for a GET reply's meta; a read must leave it free.
+constexpr uint32_t kFrameSlack = 4096;
+// An idle connection has nothing to read: readable means the peer closed it (or broke protocol).
+bool StillOpen(int fd) {
+  struct pollfd p {
+    fd, POLLIN, 0
+  };
+  return ::poll(&p, 1, 0) == 0;
+}
+
+}  // namespace
+
+TcpPeerClient::TcpPeerClient(PeerAddress peer, ClientOptions options)
+    : peer_(std::move(peer)), options_(std::move(options)) {}
+
+TcpPeerClient::~TcpPeerClient() = default;
+
+Deadline TcpPeerClient::DeadlineFor(const CallOptions& call) const {
+  auto timeout = call.timeout.count() > 0 ? call.timeout : options_.request_timeout;
+  return Clock::now() + timeout;
+}
+
+size_t TcpPeerClient::open_connections() const {
+  std::lock_guard lock(mu_);
+  return open_;
+}
+
+Status TcpPeerClient::Annotate(const Status& st) const {
+  if (st.ok()) return st;
+  return Status::Error(st.err(), "peer " + peer_.ToString() + ": " + st.message());
+}
+
+Result<std::unique_ptr<TcpPeerClient::Connection>> TcpPeerClient::Open(Deadline deadline) {
+  const Deadline connect_deadline = std::min(deadline, Clock::now() + options_.connect_timeout);
+  KVFS_ASSIGN_OR_RETURN(
+      Fd fd, TcpConnect(peer_.host, peer_.port, options_.socket_buffer_bytes, connect_deadline));
+  ClientHandshake hs(options_.secret, options_.node_name);
+  // The handshake frames are tiny; a peer that sends a big one is not a kvfs peer.
+  constexpr uint32_t kHandshakeCap = 8192;
+  auto exchange = [&](MsgType type, const std::string& meta, MsgType want,
+                      ReceivedFrame* reply) -> Status {
+    KVFS_RETURN_IF_ERROR(SendFrame(fd.get(), type, 0, 0, meta, {}, deadline));
+    KVFS_RETURN_IF_ERROR(RecvFrame(fd.get(), kHandshakeCap, deadline, false, nullptr, reply));
+    if (reply->header.type == MsgType::kError) {
+      wire::ErrorReply err;
+      KVFS_RETURN_IF_ERROR(wire::Decode(wire::AsBytes(reply->meta), &err));
+      return Status::Error(err.err, "refused: " + err.message);
+    }
+    if (reply->header.type != want || !(reply->header.flags & wire::kFlagResponse)) {
+      return Status::Error(EPROTO, "unexpected " + std::string(MsgTypeName(reply->header.type)) +
+                                       " during the handshake");
+    }
+    return Status::Ok();
+  };
+  ReceivedFrame reply;
+  KVFS_RETURN_IF_ERROR(
+      exchange(MsgType::kHello, wire::Encode(hs.Start()), MsgType::kChallenge, &reply));
+  wire::Challenge challenge;
+  KVFS_RETURN_IF_ERROR(wire::Decode(wire::AsBytes(reply.meta), &challenge));
+  KVFS_ASSIGN_OR_RETURN(wire::Auth auth, hs.OnChallenge(challenge));
+  KVFS_RETURN_IF_ERROR(exchange(MsgType::kAuth, wire::Encode(auth), MsgType::kAuthOk, &reply));
+  wire::AuthOk ok;
+  KVFS_RETURN_IF_ERROR(wire::Decode(wire::AsBytes(reply.meta), &ok));
+  KVFS_RETURN_IF_ERROR(hs.OnAuthOk(ok));
+  auto conn = std::make_unique<Connection>();
+  conn->fd = std::move(fd);
+  return conn;
+}
+
+Result<std::unique_ptr<TcpPeerClient::Connection>> TcpPeerClient::Acquire(Deadline deadline) {
+  {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      while (!idle_.empty()) {
+        auto conn = std::move(idle_.back());
+        idle_.pop_back();
+        if (StillOpen(conn->fd.get())) return conn;
+        --open_;  // the peer closed it while idle (restart, error): open a fresh one
+      }
+      if (open_ < std::max<size_t>(1, options_.connections)) {
+        ++open_;
+        break;
+      }
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
+          open_ >= options_.connections) {
+        return Status::Error(ETIMEDOUT, "no free connection before the deadline");
+      }
+    }
+  }
+  // Connect outside the lock: a slow connect must not block calls that find an idle socket.
+  auto conn = Open(deadline);
+  if (!conn.ok()) {
+    std::lock_guard lock(mu_);
+    --open_;
+    cv_.notify_one();
+  }
+  return conn;
+}
+
+void TcpPeerClient::Release(std::unique_ptr<Connection> conn, bool healthy) {
+  std::lock_guard lock(mu_);
+  if (healthy) {
+    idle_.push_back(std::move(conn));
+  } else {
+    conn.reset();  // a socket that failed mid-request may still carry a late answer
+    --open_;
+  }
+  cv_.notify_one();
+}
+
+Result<ReceivedFrame> TcpPeerClient::Call(MsgType type, uint32_t flags, std::string_view meta,
+                                          std::span<const uint8_t> data, const DataSink& sink,
+                                          Deadline deadline) {
+  if (options_.secret.empty()) {
+    return Status::Error(EACCES, "peer " + peer_.ToString() + ": no shared secret configured");
+  }
+  auto acquired = Acquire(deadline);
+  if (!acquired.ok()) return Annotate(acquired.status());
+  std::unique_ptr<Connection> conn = std::move(acquired).value();
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = next_id_++;
+  }
+  Status st = SendFrame(conn->fd.get(), type, flags, id, meta, data, deadline);
+  if (!st.ok()) {
+    Release(std::move(conn), false);
+    return Annotate(st);
+  }
+  auto checked_sink = [&](const ReceivedFrame& f) -> Result<std::span<uint8_t>> {
+    if (f.header.request_id != id || f.header.type != type) {
+      return Status::Error(EPROTO, "answer does not match the request");
+    }
+    if (!sink) return Status::Error(EPROTO, "unexpected data in the answer");
+    return sink(f);
+  };
+  ReceivedFrame reply;
+  st = RecvFrame(conn->fd.get(), options_.max_frame, deadline, false, checked_sink, &reply);
+  if (st.ok() && (reply.header.request_id != id || !(reply.header.flags & wire::kFlagResponse) ||
+                  (reply.header.type != type && reply.header.type != MsgType::kError))) {
+    st = Status::Error(EPROTO, "answer does not match the request");
+  }
+  if (!st.ok()) {
+    Release(std::move(conn), false);
+    return Annotate(st);
+  }
+  if (reply.header.type == MsgType::kError) {
+    wire::ErrorReply err;
+    Status dst = wire::Decode(wire::AsBytes(reply.meta), &err);
+    // After a frame-level error the server closes its end: so do we.
+    const bool fatal = !dst.ok() || err.err == EPROTO || err.err == EMSGSIZE || err.err == EACCES;
+    Release(std::move(conn), !fatal);
+    if (!dst.ok()) return Annotate(dst);
+    return Status::Error(err.err, "peer " + peer_.ToString() + ": " + err.message);
+  }
+  Release(std::move(conn), true);
+  return reply;
+}
+
+template <typename Reply>
+Result<Reply> TcpPeerClient::Simple(MsgType type, const std::string& meta,
+                                    const CallOptions& call) {
+  KVFS_ASSIGN_OR_RETURN(ReceivedFrame f, Call(type, 0, meta, {}, nullptr, DeadlineFor(call)));
+  Reply reply;
+  Status st = wire::Decode(wire::AsBytes(f.meta), &reply);
+  if (!st.ok()) return Annotate(st);
+  return reply;
+}
+
+Status TcpPeerClient::Ping(const CallOptions& call) {
+  return Simple<wire::Pong>(MsgType::kPing, wire::Encode(wire::Ping{}), call).status();
+}
+
+Result<wire::LookupReply> TcpPeerClient::Lookup(const wire::LookupRequest& req,
+                                                const CallOptions& call) {
+  return Simple<wire::LookupReply>(MsgType::kLookup, wire::Encode(req), call);
+}
+
+Result<wire::ListReply> TcpPeerClient::List(const wire::ListRequest& req, const CallOptions& call) {
+  return Simple<wire::ListReply>(MsgType::kList, wire::Encode(req), call);
+}
+
+Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span<uint8_t> out,
+                                          const CallOptions& call) {
+  if (out.size() < req.length) return Status::Invalid("GET buffer smaller than the range");
+  if (req.length > options_.max_frame - kFrameSlack) {
+    return Status::Invalid("GET of " + std::to_string(req.length) +
+                           " bytes exceeds one frame; split the range");
+  }
+  auto sink = [&](const ReceivedFrame& f) -> Result<std::span<uint8_t>> {
+    if (f.data_len > req.length) return Status::Error(EPROTO, "GET answer longer than asked");
+    return out.subspan(0, f.data_len);
+  };
+  KVFS_ASSIGN_OR_RETURN(ReceivedFrame f,
+                        Call(MsgType::kGet, 0, wire::Encode(req), {}, sink, DeadlineFor(call)));
+  wire::GetReply reply;
+  Status st = wire::Decode(wire::AsBytes(f.meta), &reply);
+  if (st.ok() && (reply.length != f.data_len || reply.remote)) {
+    st = Status::Error(EPROTO, "GET answer length does not match its data");
+  }
+  if (!st.ok()) return Annotate(st);
+  return reply;
+}
+
+Result<wire::PutReply> TcpPeerClient::Put(const wire::PutRequest& req,
+                                          std::span<const uint8_t> data, const CallOptions& call) {
+  if (data.size() > options_.max_frame - kFrameSlack) {
+    return Status::Error(EFBIG,
+                         "PUT of " + std::to_string(data.size()) + " bytes exceeds the frame cap");
+  }
+  wire::PutRequest full = req;
+  full.length = data.size();
+  KVFS_ASSIGN_OR_RETURN(ReceivedFrame f, Call(MsgType::kPut, 0, wire::Encode(full), data, nullptr,
+                                              DeadlineFor(call)));
+  wire::PutReply reply;
+  Status st = wire::Decode(wire::AsBytes(f.meta), &reply);
+  if (!st.ok()) return Annotate(st);
+  return reply;
+}
+
+Status TcpPeerClient::Remove(const wire::RemoveRequest& req, const CallOptions& call) {
+  return Simple<wire::RemoveReply>(MsgType::kRemove, wire::Encode(req), call).status();
+}
+
+Status TcpPeerClient::Rename(const wire::RenameRequest& req, const CallOptions& call) {
+  return Simple<wire::RenameReply>(MsgType::kRename, wire::Encode(req), call).status();
+}
+
+Result<StoreStats> TcpPeerClient::Stats(const CallOptions& call) {
+  return Simple<StoreStats>(MsgType::kStats, wire::Encode(wire::StatsRequest{}), call);
+}
+
+}  // namespace kvfs

@@ -1,0 +1,64 @@
+// PeerClient over TCP: a pool of up to `connections` authenticated sockets to one peer, each
+// carrying one request at a time. A call takes an idle connection (or opens one, or waits for
+// one) and holds it until its answer is in; concurrency per peer is the pool size.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kvfs/transport.h"
+#include "tcp_frame_io.h"
+
+namespace kvfs {
+
+class TcpPeerClient : public PeerClient {
+ public:
+  TcpPeerClient(PeerAddress peer, ClientOptions options);
+  ~TcpPeerClient() override;
+
+  const PeerAddress& address() const override { return peer_; }
+  Status Ping(const CallOptions& call) override;
+  Result<wire::LookupReply> Lookup(const wire::LookupRequest& req,
+                                   const CallOptions& call) override;
+  Result<wire::ListReply> List(const wire::ListRequest& req, const CallOptions& call) override;
+  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
+                             const CallOptions& call) override;
+  Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data,
+                             const CallOptions& call) override;
+  Status Remove(const wire::RemoveRequest& req, const CallOptions& call) override;
+  Status Rename(const wire::RenameRequest& req, const CallOptions& call) override;
+  Result<StoreStats> Stats(const CallOptions& call) override;
+
+  // One request/response exchange (used by the typed calls above and by the RDMA client for
+  // its control messages). The answer's data, if any, goes where `sink` says. A remote ERROR
+  // frame comes back as its Status; the connection stays in the pool.
+  Result<ReceivedFrame> Call(wire::MsgType type, uint32_t flags, std::string_view meta,
+                             std::span<const uint8_t> data, const DataSink& sink,
+                             Deadline deadline);
+  Deadline DeadlineFor(const CallOptions& call) const;
+  // Connections open now (idle + busy), for tests and stats.
+  size_t open_connections() const;
+
+ private:
+  struct Connection {
+    Fd fd;
+  };
+  Result<std::unique_ptr<Connection>> Acquire(Deadline deadline);
+  void Release(std::unique_ptr<Connection> conn, bool healthy);
+  Result<std::unique_ptr<Connection>> Open(Deadline deadline);
+  Status Annotate(const Status& st) const;
+  template <typename Reply>
+  Result<Reply> Simple(wire::MsgType type, const std::string& meta, const CallOptions& call);
+
+  const PeerAddress peer_;
+  const ClientOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  size_t open_ = 0;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace kvfs
