@@ -194,12 +194,22 @@ def scenario(ctx):
             for worker, be in backends.items():
                 for h, size in chunk_hashes(prompt_a)[2:5]:
                     ks = key_string(worker, h)
+                    path = be.key_to_path(ks)
+                    # another (buffered) instance reads it first: the old chunk is in the page
+                    # cache when the in-place overwrite comes
+                    with open(path, "rb") as f:
+                        common.check_bytes(f"buffered read of {ks} before overwrite", f.read(),
+                                           common.payload(ks, size, be.version.get(ks, 0)))
                     be.version[ks] = 1
                     be.write_file(ks, common.payload(ks, size, 1))
                     got = be.read_file(ks, size)
                     ctx.check(got is not None, f"{ks} vanished after overwrite")
                     common.check_bytes(f"re-read of overwritten {ks}", got,
                                        common.payload(ks, size, 1))
+                    with open(path, "rb") as f:
+                        common.check_bytes(f"buffered re-read of {ks} after the overwrite "
+                                           f"(stale page cache?)", f.read(),
+                                           common.payload(ks, size, 1))
 
     with ctx.phase("reader during an in-place O_DIRECT overwrite sees the old chunk until close", needs=(store,), kvfs_only=True) as run:
         if run:

@@ -139,6 +139,7 @@ def scenario(ctx):
         if run:
             name = objs[2]
             path = os.path.join(ctx.root, name)
+            read_all_and_check(name, "ro")            # buffered: old blocks in the page cache
             fill(name, (2, 5), 1)
             fd, _ = path_mode_open(f"rw,direct:{path}")
             try:
@@ -149,6 +150,7 @@ def scenario(ctx):
             ctx.check(common.sys_stat(path).st_size == PER_FILE * BLOCK,
                       "partial overwrite changed the file size")
             read_all_and_check(name)
+            read_all_and_check(name, "ro")            # buffered again: no stale cached blocks
 
     with ctx.phase("one rw,direct,create fd: write blocks, read them back before close", needs=(write,)) as run:
         if run:
