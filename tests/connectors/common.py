@@ -311,6 +311,10 @@ class Ctx:
         print(f"  note: {msg}", flush=True)
 
     @property
+    def durability_async(self) -> bool:
+        return bool(self.mount) and "async" in " ".join(map(str, self.mount.extra_args))
+
+    @property
     def capacity_bytes(self):
         """The --capacity given to kvfs, in bytes (None in plain directory mode)."""
         if not self.mount or not self.mount.capacity:

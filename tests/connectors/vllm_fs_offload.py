@@ -298,15 +298,22 @@ def scenario(ctx):
         if run:
             ctx.crash_restart()
             dst = common.aligned_buffer(BLOCK)
+            lost = 0
             for i in range(NBLOCKS):
                 p = fm.get_file_name(hashes[i])
-                ctx.check(common.exists(p) == (i in live),
+                present = common.exists(p)
+                if ctx.durability_async and i in live and not present:
+                    lost += 1          # durability=async: a crash may lose recent blocks
+                    continue
+                ctx.check(present == (i in live),
                           f"after kill -9 stat({p}) says {'missing' if i in live else 'present'}")
                 if i in live:
                     load_block(p, memoryview(dst), 0, use_direct[0])
                     common.check_bytes(f"block {i} after kill -9", memoryview(dst)[:BLOCK],
                                        pview[i * BLOCK:(i + 1) * BLOCK])
             dst.close()
+            if lost:
+                ctx.note(f"durability=async: {lost} blocks lost by the kill -9 (allowed)")
     pview.release()
     primary.close()
 
