@@ -58,7 +58,11 @@ class CrashKill9(unittest.TestCase):
                         if not line.startswith("#"):
                             published.add(line.strip())
                 m.start()
-                self.verify(m, published if durability == "close" else set(), where)
+                found, temps = self.verify(m, published if durability == "close" else set(),
+                                           where)
+                print(f"{where}: kill after {want} publishes; {len(published)} renames "
+                      f"returned so far, {len(found)} files and {temps} temp files after "
+                      f"restart", file=sys.stderr)
             # The recovered store keeps working: publish and read one more file.
             path = m.path("crash", "after")
             with open(path, "wb") as f:
@@ -79,6 +83,7 @@ class CrashKill9(unittest.TestCase):
     def verify(self, m, must_exist, where):
         root = m.path("crash")
         found = set()
+        temps = 0
         for dirpath, dirnames, filenames in os.walk(root):
             for d in dirnames:
                 self.assertTrue(d == ".staging" or len(d) == 1, f"{where}: unexpected dir {d}")
@@ -97,11 +102,14 @@ class CrashKill9(unittest.TestCase):
                 if data != chunk_bytes(name, size):
                     bad = next(i for i in range(size) if data[i] != chunk_bytes(name, size)[i])
                     self.fail(f"{where}: {rel}: wrong content from byte {bad} of {size}")
-                if not fn.endswith(".tmp"):
+                if fn.endswith(".tmp"):
+                    temps += 1
+                else:
                     found.add(rel)
         missing = sorted(must_exist - found)
         self.assertEqual(missing, [], f"{where}: published before the kill but missing after "
                                       f"restart: {missing[:10]}\n{m.log_tail()}")
+        return found, temps
 
     def test_kill9_durability_close(self):
         self.run_rounds("close", rounds=4)
