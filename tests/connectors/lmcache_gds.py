@@ -30,7 +30,6 @@ Upstream (read with the search tool): LMCache/LMCache
 Scaled: 512 KiB - 2 MiB chunks (4 KiB-aligned, as KV tensors are), 32 chunks.
 """
 
-import errno
 import json
 import mmap
 import os

@@ -27,7 +27,6 @@ with use_odirect=True.
 """
 
 import collections
-import errno
 import hashlib
 import os
 import sys

@@ -25,7 +25,6 @@ Scaled: a 512 KiB offloaded block (4 KiB-aligned slices of one page-aligned KV b
 blocks, 4 store/load threads.
 """
 
-import errno
 import hashlib
 import json
 import os
