@@ -50,20 +50,22 @@ ObjectId PrefixPolicy::Observe(const AccessContext& ctx, uint64_t* serial) {
 
 void PrefixPolicy::Place(ObjectId id, Entry& e, Segment segment, ObjectId parent_hint,
                          uint64_t serial) {
+  if (segment == kProtected) e.reread = true;
+  // A chain is ordered tail first: a block placed in the same burst as its parent goes right
+  // before the parent, and never into a segment evicted after the parent's (a child without
+  // its parent is unreachable). Otherwise it goes to the back (most recent).
+  auto p = entries_.find(parent_hint);
+  const bool chained = p != entries_.end() && p->first != id && !p->second.pinned &&
+                       p->second.burst == serial && p->second.segment <= segment;
+  if (chained) segment = p->second.segment;
   e.segment = segment;
   e.burst = serial;
-  if (segment == kProtected) e.reread = true;
   if (e.pinned) return;
   RecencyList& list = segments_[segment];
-  // Right before the parent when the parent was placed in this same burst into this segment:
-  // then the chain is ordered tail first. Otherwise at the back (most recent).
-  auto p = entries_.find(parent_hint);
-  if (p != entries_.end() && !p->second.pinned && p->second.segment == segment &&
-      p->second.burst == serial) {
+  if (chained)
     list.InsertBefore(id, parent_hint);
-  } else {
+  else
     list.PushBack(id);
-  }
   segment_bytes_[segment] += e.bytes;
 }
 
