@@ -1,0 +1,273 @@
+#include "control.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "kvfs/version.h"
+
+namespace kvfs::fs {
+namespace {
+
+struct ControlFile {
+  const char* name;
+  uint64_t ino;
+  uint32_t mode;
+};
+constexpr ControlFile kFiles[] = {
+    {"status", Control::kStatusIno, 0444},
+    {"stats", Control::kStatsIno, 0444},
+    {"ctl", Control::kCtlIno, 0666},
+};
+
+double Seconds(const Timespec64& t) {
+  return static_cast<double>(t.sec) + static_cast<double>(t.nsec) / 1e9;
+}
+
+std::string Hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+EntryInfo Synthetic(uint64_t ino, uint32_t mode) {
+  EntryInfo e;
+  e.attr.st_ino = ino;
+  e.attr.st_mode = mode;
+  e.attr.st_nlink = S_ISDIR(mode) ? 2 : 1;
+  e.attr.st_uid = getuid();
+  e.attr.st_gid = getgid();
+  e.attr.st_blksize = 4096;
+  // Contents are generated per open and served with direct_io, so the size stays 0.
+  Timespec64 now = Now();
+  e.attr.st_atim.tv_sec = e.attr.st_mtim.tv_sec = e.attr.st_ctim.tv_sec = now.sec;
+  e.stable = false;
+  return e;
+}
+
+std::vector<std::string> SplitWords(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+}  // namespace
+
+Control::Control(Namespace* ns, ChunkStore* store, DaemonInfo info)
+    : ns_(ns), store_(store), info_(std::move(info)) {
+  Register("help", "list commands", [this](const std::vector<std::string>&) {
+    nlohmann::json cmds = nlohmann::json::object();
+    std::lock_guard lock(mu_);
+    for (const auto& [name, reg] : commands_) cmds[name] = reg.help;
+    return Result<nlohmann::json>(nlohmann::json{{"commands", cmds}});
+  });
+  Register("status", "the same JSON as .kvfs/status", [this](const std::vector<std::string>&) {
+    return Result<nlohmann::json>(StatusJson());
+  });
+  Register("sync", "flush the journal and write a checkpoint",
+           [this](const std::vector<std::string>&) -> Result<nlohmann::json> {
+             KVFS_RETURN_IF_ERROR(ns_->PersistLazy());
+             KVFS_RETURN_IF_ERROR(store_->Sync());
+             return nlohmann::json::object();
+           });
+}
+
+void Control::Register(const std::string& name, const std::string& help, Command command) {
+  std::lock_guard lock(mu_);
+  commands_[name] = Registered{help, std::move(command)};
+}
+
+nlohmann::json Control::Execute(const std::string& line) {
+  std::vector<std::string> words = SplitWords(line);
+  auto failure = [](int err, const std::string& msg) {
+    return nlohmann::json{{"ok", false}, {"errno", err}, {"error", msg}};
+  };
+  if (words.empty()) return failure(EINVAL, "empty command (try: help)");
+  Command command;
+  {
+    std::lock_guard lock(mu_);
+    auto it = commands_.find(words[0]);
+    if (it == commands_.end()) return failure(EINVAL, "unknown command '" + words[0] + "'");
+    command = it->second.command;
+  }
+  words.erase(words.begin());
+  Result<nlohmann::json> reply = command(words);
+  if (!reply.ok()) return failure(reply.status().err(), reply.status().message());
+  nlohmann::json out = std::move(*reply);
+  if (!out.is_object()) out = nlohmann::json{{"result", out}};
+  out["ok"] = true;
+  return out;
+}
+
+Result<EntryInfo> Control::Lookup(uint64_t parent, std::string_view name) {
+  if (parent == kRootId && name == kControlDirName) return GetAttr(kDirIno);
+  if (parent != kDirIno) return Status::NotFound("no such entry");
+  for (const auto& f : kFiles)
+    if (name == f.name) return GetAttr(f.ino);
+  return Status::NotFound("no such control file");
+}
+
+Result<EntryInfo> Control::GetAttr(uint64_t ino) {
+  if (ino == kDirIno) return Synthetic(ino, S_IFDIR | 0755);
+  for (const auto& f : kFiles)
+    if (ino == f.ino) return Synthetic(ino, S_IFREG | f.mode);
+  return Status::NotFound("no such control inode");
+}
+
+Status Control::Readdir(
+    uint64_t ino, uint64_t offset,
+    const std::function<bool(const std::string&, uint64_t, uint32_t, uint64_t)>& emit) {
+  if (ino != kDirIno) return Status::Error(ENOTDIR, "not a directory");
+  if (offset < 1 && !emit(".", kDirIno, S_IFDIR, 1)) return Status::Ok();
+  if (offset < 2 && !emit("..", kRootId, S_IFDIR, 2)) return Status::Ok();
+  uint64_t cookie = 3;
+  for (const auto& f : kFiles) {
+    if (offset < cookie && !emit(f.name, f.ino, S_IFREG, cookie)) break;
+    ++cookie;
+  }
+  return Status::Ok();
+}
+
+Result<ControlHandle*> Control::Open(uint64_t ino, int flags) {
+  if (ino == kDirIno) return Status::Error(EISDIR, "is a directory");
+  auto h = std::make_unique<ControlHandle>();
+  h->ino = ino;
+  int acc = flags & O_ACCMODE;
+  if (ino == kStatusIno || ino == kStatsIno) {
+    if (acc != O_RDONLY) return Status::Error(EACCES, "read-only control file");
+    h->content = ino == kStatusIno ? StatusJson().dump(2) + "\n" : StatsText();
+  } else if (ino != kCtlIno) {
+    return Status::NotFound("no such control file");
+  }
+  return h.release();
+}
+
+Result<size_t> Control::Read(ControlHandle* h, uint64_t offset, char* out, size_t len) {
+  std::lock_guard lock(h->mu);
+  // ctl replies are read from a cursor: after write(2) the fd offset is past the command, and
+  // "write a command, read the reply" should work with plain read(2).
+  size_t from = h->ino == kCtlIno ? h->cursor : offset;
+  if (from >= h->content.size()) return size_t{0};
+  size_t n = std::min(len, h->content.size() - from);
+  std::memcpy(out, h->content.data() + from, n);
+  if (h->ino == kCtlIno) h->cursor += n;
+  return n;
+}
+
+Result<size_t> Control::Write(ControlHandle* h, const char* data, size_t len) {
+  if (h->ino != kCtlIno) return Status::Error(EBADF, "read-only control file");
+  if (len > 64 * 1024) return Status::Invalid("command too long");
+  std::string line(data, len);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  nlohmann::json reply = Execute(line);
+  std::lock_guard lock(h->mu);
+  h->content = reply.dump() + "\n";
+  h->cursor = 0;
+  return len;
+}
+
+nlohmann::json Control::StatusJson() {
+  StoreStats s = store_->Stats();
+  const LookupCounters& c = ns_->counters();
+  auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::vector<std::string> devices = s.devices.empty() ? info_.devices : s.devices;
+  return nlohmann::json{
+      {"version", KVFS_VERSION},
+      {"pid", static_cast<int64_t>(getpid())},
+      {"mountpoint", info_.mountpoint},
+      {"data_dir", info_.data_dir},
+      {"devices", devices},
+      {"durability", info_.durability},
+      {"compression", info_.compression},
+      {"segment_size", s.segment_size},
+      {"capacity_bytes", s.capacity_bytes},
+      {"used_bytes", s.used_bytes},
+      {"free_bytes", s.capacity_bytes > s.used_bytes ? s.capacity_bytes - s.used_bytes : 0},
+      {"logical_bytes", s.logical_bytes},
+      {"files", s.files},
+      {"objects", s.objects},
+      {"inodes_in_memory", ns_->inode_count()},
+      {"reads", s.reads},
+      {"writes", s.writes},
+      {"bytes_read", s.bytes_read},
+      {"bytes_written", s.bytes_written},
+      {"lookups", c.lookups.load()},
+      {"lookup_hits", c.hits.load()},
+      {"lookup_misses", c.misses.load()},
+      {"checksum_failures", s.checksum_failures},
+      {"evictions", s.evictions},
+      {"journal_bytes", s.journal_bytes},
+      {"uptime_s", uptime},
+  };
+}
+
+std::string Control::StatsText() {
+  const nlohmann::json status = StatusJson();
+  std::string out;
+  for (auto it = status.cbegin(); it != status.cend(); ++it) {
+    if (!it->is_number()) continue;
+    out += it.key() + " " + it->dump() + "\n";
+  }
+  return out;
+}
+
+Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
+  KVFS_ASSIGN_OR_RETURN(ObjectRecord rec, ns_->Record(ino));
+  KVFS_ASSIGN_OR_RETURN(EntryInfo entry, ns_->GetAttr(ino));
+  const char* type = rec.type == ObjectType::kDirectory ? "directory"
+                     : rec.type == ObjectType::kSymlink ? "symlink"
+                                                        : "file";
+  std::vector<std::string> store_devices = store_->Stats().devices;
+  nlohmann::json segments = nlohmann::json::array();
+  std::set<uint16_t> used;
+  if (rec.layout) {
+    for (const auto& seg : rec.layout->segments) {
+      segments.push_back({{"device", seg.device},
+                          {"offset", seg.offset},
+                          {"stored_len", seg.stored_len},
+                          {"raw_len", seg.raw_len},
+                          {"codec", seg.codec == Codec::kLz4 ? "lz4" : "none"},
+                          {"checksum", Hex64(seg.checksum)}});
+      used.insert(seg.device);
+    }
+  }
+  nlohmann::json devices = nlohmann::json::array();
+  for (uint16_t d : used)
+    devices.push_back(d < store_devices.size() ? store_devices[d] : std::to_string(d));
+  return nlohmann::json{
+      {"id", rec.id},
+      {"type", type},
+      {"size", static_cast<uint64_t>(entry.attr.st_size)},
+      {"published_size", rec.size()},
+      {"state", !ns_->Journaled(ino) ? "unpublished"
+                : entry.stable       ? "published"
+                                     : "writing"},
+      {"mode", rec.mode},
+      {"atime", Seconds(rec.atime)},
+      {"mtime", Seconds(rec.mtime)},
+      {"ctime", Seconds(rec.ctime)},
+      {"pinned", (rec.flags & kFlagPinned) != 0},
+      {"segments", segments},
+      {"devices", devices},
+  };
+}
+
+std::vector<std::string> Control::XattrNames() {
+  return {"user.kvfs.stat", "user.kvfs.id", "user.kvfs.state"};
+}
+
+Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
+  if (name != "user.kvfs.stat" && name != "user.kvfs.id" && name != "user.kvfs.state")
+    return Status::Error(ENODATA, "no such attribute");
+  KVFS_ASSIGN_OR_RETURN(nlohmann::json stat, FileStatJson(ino));
+  if (name == "user.kvfs.id") return std::to_string(stat["id"].get<uint64_t>());
+  if (name == "user.kvfs.state") return stat["state"].get<std::string>();
+  return stat.dump();
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,205 @@
+// The open-file half of Namespace: create/open, the data path, and publish at close.
+//
+// A file open for writing has one WriteSession (a ChunkWriter) shared by all its writable
+// handles; a read-only handle pins the LayoutRef that was published when it opened, so it keeps
+// reading that version whatever happens to the name. Flush (every close(2)) publishes the session
+// if it changed; Release publishes what mmap writeback may have added after the last close.
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <spdlog/spdlog.h>
+
+#include "namespace.h"
+
+namespace kvfs::fs {
+
+Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std::string_view name,
+                                                            uint32_t mode, int flags, uint32_t uid,
+                                                            uint32_t gid) {
+  uint64_t existing = 0;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_RETURN_IF_ERROR(CheckName(name));
+    KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
+    if (Inode* found = Child(dir, name)) {
+      // Another creator won the race since the kernel's lookup.
+      if (flags & O_EXCL) return Status::Error(EEXIST, "file exists");
+      if (found->dir) return Status::Error(EISDIR, "is a directory");
+      existing = found->rec.id;
+      ++found->nlookup;
+    } else {
+      KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(nullptr));
+      KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kFile, mode, uid, gid));
+      auto session = std::make_shared<WriteSession>();
+      session->writer = std::move(writer);
+      session->dirty = true;  // even an empty new file is published at its first close
+      session->handles = 1;
+      in->writing = session;
+      in->opens = 1;
+      ++in->nlookup;
+      auto* fh = new FileHandle;
+      fh->ino = in->rec.id;
+      fh->can_write = true;
+      fh->session = std::move(session);
+      fh->direct_io = (flags & O_DIRECT) != 0;
+      return std::make_pair(MakeEntry(in), fh);
+    }
+  }
+  auto fh = Open(existing, flags);
+  std::lock_guard lock(mu_);
+  Inode* in = Find(existing);
+  if (!fh.ok() || !in) {
+    if (in) {
+      --in->nlookup;
+      MaybeDrop(in);
+    }
+    return fh.ok() ? Status::NotFound("file vanished") : fh.status();
+  }
+  return std::make_pair(MakeEntry(in), *fh);
+}
+
+Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
+  std::shared_ptr<WriteSession> truncate_session;
+  FileHandle* fh = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(ino);
+    if (!in) return Status::NotFound("no such inode");
+    if (in->dir) return Status::Error(EISDIR, "is a directory");
+    if (in->rec.type != ObjectType::kFile) return Status::Error(ELOOP, "not a regular file");
+    int acc = flags & O_ACCMODE;
+    auto handle = std::make_unique<FileHandle>();
+    handle->ino = ino;
+    if (acc == O_RDONLY && !(flags & O_TRUNC)) {
+      handle->layout = in->rec.layout;
+      // While a writer is active the page cache holds its unpublished pages: a reader of the
+      // published version must bypass it.
+      handle->direct_io = (flags & O_DIRECT) || in->writing;
+      handle->keep_cache = !handle->direct_io && in->journaled;
+      TouchAtime(in);
+    } else {
+      std::shared_ptr<WriteSession> session = in->writing;
+      if (!session) {
+        LayoutRef base = (flags & O_TRUNC) ? nullptr : in->rec.layout;
+        KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(base));
+        session = std::make_shared<WriteSession>();
+        session->size = writer->size();
+        session->writer = std::move(writer);
+        session->dirty = ((flags & O_TRUNC) && in->rec.size() > 0) || !in->journaled;
+        in->writing = session;
+      } else if (flags & O_TRUNC) {
+        truncate_session = session;
+      }
+      ++session->handles;
+      handle->session = std::move(session);
+      handle->can_write = acc != O_RDONLY;
+      handle->direct_io = (flags & O_DIRECT) != 0;
+    }
+    ++in->opens;
+    fh = handle.release();
+  }
+  if (truncate_session) {
+    Status st;
+    {
+      std::lock_guard wl(truncate_session->mu);
+      st = truncate_session->writer->Truncate(0);
+      truncate_session->size = truncate_session->writer->size();
+      truncate_session->dirty = true;
+    }
+    if (!st.ok()) {
+      (void)Release(fh);
+      return st;
+    }
+  }
+  return fh;
+}
+
+Result<size_t> Namespace::Read(FileHandle* fh, uint64_t offset, void* out, size_t len) {
+  Result<size_t> n = size_t{0};
+  if (fh->session) {
+    std::lock_guard wl(fh->session->mu);
+    n = fh->session->writer->Read(offset, out, len);
+  } else if (fh->layout) {
+    n = store_->Read(fh->layout, offset, out, len);
+  }
+  if (n.ok()) {
+    std::lock_guard lock(mu_);
+    if (Inode* in = Find(fh->ino)) TouchAtime(in);
+  }
+  return n;
+}
+
+Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_t len) {
+  if (!fh->can_write || !fh->session) return Status::Error(EBADF, "not open for writing");
+  {
+    std::lock_guard wl(fh->session->mu);
+    KVFS_RETURN_IF_ERROR(fh->session->writer->Write(offset, data, len));
+    fh->session->size = fh->session->writer->size();
+    fh->session->dirty = true;
+  }
+  std::lock_guard lock(mu_);
+  if (Inode* in = Find(fh->ino)) in->rec.mtime = in->rec.ctime = Now();
+  return Status::Ok();
+}
+
+Status Namespace::Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t len) {
+  if (mode != 0) return Status::Error(EOPNOTSUPP, "only fallocate mode 0 is supported");
+  if (!fh->can_write || !fh->session) return Status::Error(EBADF, "not open for writing");
+  std::lock_guard wl(fh->session->mu);
+  if (offset + len > fh->session->writer->size()) {
+    KVFS_RETURN_IF_ERROR(fh->session->writer->Truncate(offset + len));
+    fh->session->size = offset + len;
+    fh->session->dirty = true;
+  }
+  return Status::Ok();
+}
+
+Status Namespace::PublishLocked(FileHandle* fh) {
+  WriteSession& s = *fh->session;
+  if (!s.dirty) return Status::Ok();
+  KVFS_ASSIGN_OR_RETURN(LayoutRef layout, s.writer->Finish());
+  s.dirty = false;
+  MetaBatch batch;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(fh->ino);
+    if (!in) return Status::Ok();
+    in->rec.layout = std::move(layout);
+    in->rec.ctime = Now();
+    // An unlinked file publishes nowhere: its holders keep their own view until they close.
+    if (!in->linked) return Status::Ok();
+    in->journaled = true;
+    in->lazy_dirty = false;
+    batch.puts.push_back(in->rec);
+    ticket = TakeTicket();
+  }
+  Status st = ApplyInOrder(ticket, batch);
+  // Pages cached from the previous version are stale now (O_DIRECT writes never touched them).
+  if (sink_) sink_->InvalidateInode(fh->ino, true);
+  return st;
+}
+
+Status Namespace::Flush(FileHandle* fh) {
+  if (!fh->session) return Status::Ok();
+  std::lock_guard wl(fh->session->mu);
+  return PublishLocked(fh);
+}
+
+Status Namespace::Release(FileHandle* fh) {
+  std::unique_ptr<FileHandle> owned(fh);
+  Status st;
+  if (fh->session) {
+    std::lock_guard wl(fh->session->mu);
+    st = PublishLocked(fh);
+    if (!st.ok()) spdlog::warn("publish at release of inode {} failed: {}", fh->ino, st.ToString());
+  }
+  std::lock_guard lock(mu_);
+  Inode* in = Find(fh->ino);
+  if (!in) return st;
+  if (in->opens > 0) --in->opens;
+  if (fh->session && --fh->session->handles == 0 && in->writing == fh->session) in->writing.reset();
+  MaybeDrop(in);
+  return st;
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,374 @@
+#include "fuse_ops.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <vector>
+
+namespace kvfs::fs {
+namespace {
+
+FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
+
+void Err(fuse_req_t req, int err) { fuse_reply_err(req, err); }
+void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.err()); }
+
+void ReplyEntry(fuse_req_t req, const EntryInfo& e) {
+  fuse_entry_param p;
+  std::memset(&p, 0, sizeof p);
+  p.ino = e.attr.st_ino;
+  p.generation = 1;
+  p.attr = e.attr;
+  p.attr_timeout = e.stable ? kStableTimeout : kVolatileTimeout;
+  // Names change only through this mount, so the kernel sees every change itself.
+  p.entry_timeout = Control::Owns(p.ino) ? kVolatileTimeout : kStableTimeout;
+  fuse_reply_entry(req, &p);
+}
+
+void ReplyNegative(fuse_req_t req) {
+  fuse_entry_param p;
+  std::memset(&p, 0, sizeof p);
+  p.ino = 0;  // a negative dentry the kernel may keep for entry_timeout
+  p.entry_timeout = kNegativeTimeout;
+  fuse_reply_entry(req, &p);
+}
+
+void ReplyAttr(fuse_req_t req, const EntryInfo& e) {
+  fuse_reply_attr(req, &e.attr, e.stable ? kStableTimeout : kVolatileTimeout);
+}
+
+template <typename T>
+T* HandleOf(fuse_file_info* fi) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(fi->fh));
+}
+
+void OnInit(void*, fuse_conn_info* conn) {
+  // O_TRUNC arrives with open() instead of as a separate setattr(size=0), so a truncating
+  // writer starts a new private version rather than publishing an empty file.
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
+  // Plain readdir keeps lookup counting in one place (lookup); ls -l pays one lookup per name.
+  conn->want &= ~FUSE_CAP_READDIRPLUS;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+  spdlog::info("fuse: init done, max_write {} max_readahead {}", conn->max_write,
+               conn->max_readahead);
+}
+
+void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FsContext& c = Ctx(req);
+  auto e =
+      Control::Handles(parent, name) ? c.control->Lookup(parent, name) : c.ns->Lookup(parent, name);
+  if (e.ok()) return ReplyEntry(req, *e);
+  if (e.status().err() == ENOENT && !Control::Owns(parent)) return ReplyNegative(req);
+  ReplyStatus(req, e.status());
+}
+
+void OnForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  if (!Control::Owns(ino)) Ctx(req).ns->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OnForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i)
+    if (!Control::Owns(forgets[i].ino)) Ctx(req).ns->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  FsContext& c = Ctx(req);
+  auto e = Control::Owns(ino) ? c.control->GetAttr(ino) : c.ns->GetAttr(ino);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyAttr(req, *e);
+}
+
+void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(ino)) return Err(req, EPERM);
+  SetAttrRequest r;
+  if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
+  if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) r.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) r.size = static_cast<uint64_t>(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    r.atime = SetAttrRequest::Time::kNow;
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    r.atime = SetAttrRequest::Time::kSet;
+    r.atime_value = {attr->st_atim.tv_sec, attr->st_atim.tv_nsec};
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    r.mtime = SetAttrRequest::Time::kNow;
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    r.mtime = SetAttrRequest::Time::kSet;
+    r.mtime_value = {attr->st_mtim.tv_sec, attr->st_mtim.tv_nsec};
+  }
+  FileHandle* fh = fi ? HandleOf<FileHandle>(fi) : nullptr;
+  auto e = c.ns->SetAttr(ino, r, fh);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyAttr(req, *e);
+}
+
+void OnReadlink(fuse_req_t req, fuse_ino_t ino) {
+  auto target = Ctx(req).ns->Readlink(ino);
+  if (!target.ok()) return ReplyStatus(req, target.status());
+  fuse_reply_readlink(req, target->c_str());
+}
+
+void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  if (!S_ISREG(mode)) return Err(req, EPERM);
+  if (Control::Owns(parent)) return Err(req, EPERM);
+  const fuse_ctx* who = fuse_req_ctx(req);
+  auto e = Ctx(req).ns->Mknod(parent, name, mode, who->uid, who->gid);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyEntry(req, *e);
+}
+
+void OnMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  if (Control::Owns(parent)) return Err(req, EPERM);
+  const fuse_ctx* who = fuse_req_ctx(req);
+  auto e = Ctx(req).ns->Mkdir(parent, name, mode, who->uid, who->gid);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyEntry(req, *e);
+}
+
+void OnSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  if (Control::Owns(parent)) return Err(req, EPERM);
+  const fuse_ctx* who = fuse_req_ctx(req);
+  auto e = Ctx(req).ns->Symlink(parent, name, link, who->uid, who->gid);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyEntry(req, *e);
+}
+
+void OnUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (Control::Handles(parent, name)) return Err(req, EPERM);
+  ReplyStatus(req, Ctx(req).ns->Unlink(parent, name));
+}
+
+void OnRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (Control::Handles(parent, name)) return Err(req, EPERM);
+  ReplyStatus(req, Ctx(req).ns->Rmdir(parent, name));
+}
+
+void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  if (Control::Handles(parent, name) || Control::Handles(newparent, newname))
+    return Err(req, EPERM);
+  ReplyStatus(req, Ctx(req).ns->Rename(parent, name, newparent, newname, flags));
+}
+
+void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EPERM); }
+
+void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(ino)) {
+    auto h = c.control->Open(ino, fi->flags);
+    if (!h.ok()) return ReplyStatus(req, h.status());
+    fi->fh = reinterpret_cast<uintptr_t>(*h);
+    fi->direct_io = 1;  // generated content: the size in stat means nothing
+    fi->nonseekable = ino == Control::kCtlIno;
+    if (fuse_reply_open(req, fi) != 0) c.control->Release(*h);
+    return;
+  }
+  auto fh = c.ns->Open(ino, fi->flags);
+  if (!fh.ok()) return ReplyStatus(req, fh.status());
+  fi->fh = reinterpret_cast<uintptr_t>(*fh);
+  fi->direct_io = (*fh)->direct_io;
+  fi->keep_cache = (*fh)->keep_cache;
+  if (fuse_reply_open(req, fi) != 0) (void)c.ns->Release(*fh);
+}
+
+void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(parent)) return Err(req, EPERM);
+  if (parent == kRootId && name == kControlDirName) return Err(req, EEXIST);
+  const fuse_ctx* who = fuse_req_ctx(req);
+  auto r = c.ns->Create(parent, name, mode, fi->flags, who->uid, who->gid);
+  if (!r.ok()) return ReplyStatus(req, r.status());
+  auto [entry, fh] = *r;
+  fi->fh = reinterpret_cast<uintptr_t>(fh);
+  fi->direct_io = fh->direct_io;
+  fi->keep_cache = 0;
+  fuse_entry_param p;
+  std::memset(&p, 0, sizeof p);
+  p.ino = entry.attr.st_ino;
+  p.generation = 1;
+  p.attr = entry.attr;
+  p.attr_timeout = kVolatileTimeout;
+  p.entry_timeout = kStableTimeout;
+  if (fuse_reply_create(req, &p, fi) != 0) {
+    (void)c.ns->Release(fh);
+    c.ns->Forget(p.ino, 1);
+  }
+}
+
+void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  // One buffer per FUSE worker thread, grown to the largest request (1 MiB) once.
+  thread_local std::vector<char> buf;
+  if (buf.size() < size) buf.resize(size);
+  Result<size_t> n = Control::Owns(ino)
+                         ? c.control->Read(HandleOf<ControlHandle>(fi), off, buf.data(), size)
+                         : c.ns->Read(HandleOf<FileHandle>(fi), off, buf.data(), size);
+  if (!n.ok()) {
+    spdlog::warn("read of inode {} at {} failed: {}", ino, off, n.status().ToString());
+    return ReplyStatus(req, n.status());
+  }
+  fuse_reply_buf(req, buf.data(), *n);
+}
+
+void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
+             fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(ino)) {
+    auto n = c.control->Write(HandleOf<ControlHandle>(fi), data, size);
+    if (!n.ok()) return ReplyStatus(req, n.status());
+    return (void)fuse_reply_write(req, *n);
+  }
+  Status st = c.ns->Write(HandleOf<FileHandle>(fi), off, data, size);
+  if (!st.ok()) {
+    if (st.err() != ENOSPC) spdlog::warn("write to inode {} failed: {}", ino, st.ToString());
+    return ReplyStatus(req, st);
+  }
+  fuse_reply_write(req, size);
+}
+
+void OnFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (Control::Owns(ino)) return Err(req, 0);
+  Status st = Ctx(req).ns->Flush(HandleOf<FileHandle>(fi));
+  if (!st.ok()) spdlog::warn("publish of inode {} failed: {}", ino, st.ToString());
+  ReplyStatus(req, st);
+}
+
+void OnRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(ino)) {
+    c.control->Release(HandleOf<ControlHandle>(fi));
+    return Err(req, 0);
+  }
+  ReplyStatus(req, c.ns->Release(HandleOf<FileHandle>(fi)));
+}
+
+void OnFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  // Durability comes with publish at close (durability=close); an open writer's data is private
+  // and not yet a version, so there is nothing to make durable early.
+  fuse_reply_err(req, 0);
+}
+
+void OnReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  FsContext& c = Ctx(req);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  auto emit = [&](const std::string& name, uint64_t child, uint32_t type, uint64_t next) {
+    struct stat st;
+    std::memset(&st, 0, sizeof st);
+    st.st_ino = child;
+    st.st_mode = type;
+    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
+                                    static_cast<off_t>(next));
+    if (need > size - used) return false;
+    used += need;
+    return true;
+  };
+  Status st =
+      Control::Owns(ino) ? c.control->Readdir(ino, off, emit) : c.ns->Readdir(ino, off, emit);
+  if (!st.ok()) return ReplyStatus(req, st);
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OnStatfs(fuse_req_t req, fuse_ino_t) {
+  StoreStats s = Ctx(req).store->Stats();
+  struct statvfs sv;
+  std::memset(&sv, 0, sizeof sv);
+  sv.f_bsize = 4096;  // also the O_DIRECT alignment connectors derive from it
+  sv.f_frsize = 4096;
+  sv.f_blocks = s.capacity_bytes / 4096;
+  uint64_t free_bytes = s.capacity_bytes > s.used_bytes ? s.capacity_bytes - s.used_bytes : 0;
+  sv.f_bfree = sv.f_bavail = free_bytes / 4096;
+  sv.f_ffree = sv.f_favail = 1ull << 32;
+  sv.f_files = s.objects + sv.f_ffree;
+  sv.f_namemax = kNameMax;
+  fuse_reply_statfs(req, &sv);
+}
+
+void OnSetxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+  fuse_reply_err(req, ENOTSUP);
+}
+
+void OnRemovexattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, ENOTSUP); }
+
+void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  // The kernel asks for security.capability on writes: answer without touching any lock.
+  if (std::strncmp(name, "user.kvfs.", 10) != 0 || Control::Owns(ino)) return Err(req, ENODATA);
+  auto value = Ctx(req).control->GetXattr(ino, name);
+  if (!value.ok()) return ReplyStatus(req, value.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, value->size());
+  if (size < value->size()) return Err(req, ERANGE);
+  fuse_reply_buf(req, value->data(), value->size());
+}
+
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::string names;
+  if (!Control::Owns(ino))
+    for (const auto& n : Control::XattrNames()) names.append(n).push_back('\0');
+  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+  if (size < names.size()) return Err(req, ERANGE);
+  fuse_reply_buf(req, names.data(), names.size());
+}
+
+void OnFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                 fuse_file_info* fi) {
+  if (Control::Owns(ino)) return Err(req, EOPNOTSUPP);
+  if (offset < 0 || length <= 0) return Err(req, EINVAL);
+  ReplyStatus(req,
+              Ctx(req).ns->Fallocate(HandleOf<FileHandle>(fi), mode, static_cast<uint64_t>(offset),
+                                     static_cast<uint64_t>(length)));
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof ops);
+  ops.init = OnInit;
+  ops.lookup = OnLookup;
+  ops.forget = OnForget;
+  ops.forget_multi = OnForgetMulti;
+  ops.getattr = OnGetattr;
+  ops.setattr = OnSetattr;
+  ops.readlink = OnReadlink;
+  ops.mknod = OnMknod;
+  ops.mkdir = OnMkdir;
+  ops.unlink = OnUnlink;
+  ops.rmdir = OnRmdir;
+  ops.symlink = OnSymlink;
+  ops.rename = OnRename;
+  ops.link = OnLink;
+  ops.open = OnOpen;
+  ops.create = OnCreate;
+  ops.read = OnRead;
+  ops.write = OnWrite;
+  ops.flush = OnFlush;
+  ops.release = OnRelease;
+  ops.fsync = OnFsync;
+  ops.readdir = OnReaddir;
+  ops.statfs = OnStatfs;
+  ops.setxattr = OnSetxattr;
+  ops.getxattr = OnGetxattr;
+  ops.listxattr = OnListxattr;
+  ops.removexattr = OnRemovexattr;
+  ops.fallocate = OnFallocate;
+  return ops;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& KvfsOperations() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+}  // namespace kvfs::fs

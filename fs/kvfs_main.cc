@@ -1,0 +1,217 @@
+// kvfs: the daemon. Parses the options, daemonizes (unless -f), opens the engine, mounts, and
+// serves until unmounted or signalled; then it checkpoints the engine and exits 0.
+//
+// Without -f it forks before any thread exists: the child opens the engine and mounts, then
+// tells the parent "ready" (or the error) through a pipe, so `kvfs MOUNTPOINT` returns only once
+// the mount works, with exit status 0, or prints why it failed and exits 1.
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "control.h"
+#include "fuse_ops.h"
+#include "kvfs/local_engine.h"
+#include "kvfs/size.h"
+#include "kvfs/version.h"
+#include "memory_store.h"
+#include "mount_options.h"
+#include "namespace.h"
+#include "notifier.h"
+#include "session.h"
+
+namespace kvfs::fs {
+namespace {
+
+// Reports the outcome of the start to whoever waits: the parent through the pipe, or stderr.
+class StartReporter {
+ public:
+  explicit StartReporter(int fd) : fd_(fd) {}
+  int Fail(const std::string& message) {
+    spdlog::error("{}", message);
+    if (fd_ >= 0) {
+      std::string m = "kvfs: " + message + "\n";
+      (void)!write(fd_, m.data(), m.size());
+      close(fd_);
+      fd_ = -1;
+    } else {
+      std::fprintf(stderr, "kvfs: %s\n", message.c_str());
+    }
+    return 1;
+  }
+  void Ready() {
+    if (fd_ < 0) return;
+    (void)!write(fd_, "ready", 5);
+    close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+// Parent side of the daemonizing fork: waits for "ready" or an error message.
+int WaitForChild(int fd, pid_t child) {
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (msg == "ready") return 0;
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (msg.empty()) msg = "kvfs: the daemon exited during start\n";
+  std::fputs(msg.c_str(), stderr);
+  return 1;
+}
+
+void SetupLogging(const MountOptions& o) {
+  std::shared_ptr<spdlog::logger> logger;
+  if (o.foreground) {
+    logger = spdlog::stderr_color_mt("kvfs");
+  } else {
+    try {
+      logger = spdlog::basic_logger_mt("kvfs", o.data_dir + "/kvfs.log");
+    } catch (const spdlog::spdlog_ex&) {
+      logger = spdlog::stderr_color_mt("kvfs");
+    }
+  }
+  logger->set_level(spdlog::level::from_str(o.log_level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+Result<std::unique_ptr<ChunkStore>> OpenStore(const MountOptions& o) {
+  if (o.store == "memory") return std::unique_ptr<ChunkStore>(std::make_unique<MemoryStore>());
+  EngineOptions e;
+  e.data_dir = o.data_dir;
+  e.devices = o.devices;
+  e.capacity = o.capacity;
+  e.durability = o.durability;
+  e.compression = o.compression;
+  KVFS_ASSIGN_OR_RETURN(auto engine, LocalEngine::Open(e));
+  return std::unique_ptr<ChunkStore>(std::move(engine));
+}
+
+int Run(MountOptions o, int ready_fd) {
+  StartReporter reporter(ready_fd);
+  SetupLogging(o);
+  spdlog::info(
+      "kvfs {} starting: mountpoint {}, data {}, capacity {}, durability {}, "
+      "compression {}, store {}",
+      KVFS_VERSION, o.mountpoint, o.data_dir, FormatSize(o.capacity), DurabilityName(o.durability),
+      CompressionName(o.compression), o.store);
+
+  // Signals wait for the FUSE loop: every thread started from here on (engine, notifier, FUSE
+  // workers) inherits the block, so SIGTERM always reaches the main thread's loop.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto store = OpenStore(o);
+  if (!store.ok()) return reporter.Fail("cannot open the engine: " + store.status().ToString());
+  Notifier notifier;
+  Namespace ns(store->get(), &notifier);
+  if (Status st = ns.Load(); !st.ok()) return reporter.Fail("cannot load: " + st.ToString());
+
+  DaemonInfo info;
+  info.mountpoint = o.mountpoint;
+  info.data_dir = o.data_dir;
+  for (const auto& d : o.devices) info.devices.push_back(d.path);
+  if (info.devices.empty() && o.store == "local")
+    info.devices.push_back(o.data_dir + "/device0.kvfs");
+  info.durability = DurabilityName(o.durability);
+  info.compression = CompressionName(o.compression);
+  Control control(&ns, store->get(), info);
+  FsContext ctx{&ns, &control, store->get()};
+
+  auto session = Session::Mount(o.mountpoint, o.fuse_options, &ctx);
+  if (!session.ok()) return reporter.Fail(session.status().message());
+  (*session)->TuneReadahead(1024);
+  notifier.Start((*session)->raw());
+  spdlog::info("kvfs: mounted on {}", o.mountpoint);
+  reporter.Ready();
+
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+  unsigned threads = std::max(8u, 4 * std::max(1u, std::thread::hardware_concurrency()));
+  int rc = (*session)->Loop(threads);
+  spdlog::info("kvfs: loop ended ({}), unmounting", rc);
+  notifier.Stop();
+  session->reset();  // unmount and destroy the session before the namespace goes away
+
+  int exit_code = 0;
+  if (Status st = ns.PersistLazy(); !st.ok()) {
+    spdlog::error("kvfs: persisting times failed: {}", st.ToString());
+    exit_code = 1;
+  }
+  if (Status st = (*store)->Sync(); !st.ok()) {
+    spdlog::error("kvfs: final sync failed: {}", st.ToString());
+    exit_code = 1;
+  }
+  store->reset();
+  spdlog::info("kvfs: stopped cleanly");
+  spdlog::shutdown();
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace kvfs::fs
+
+int main(int argc, char** argv) {
+  using namespace kvfs::fs;
+  ParsedCommandLine parsed = ParseMountOptions(argc, argv);
+  if (!parsed.options) {
+    std::fputs(parsed.message.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  MountOptions options = std::move(*parsed.options);
+  if (kvfs::Status st = ResolveDefaults(options); !st.ok()) {
+    std::fprintf(stderr, "kvfs: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  if (options.foreground) {
+    std::fprintf(stderr, "kvfs: data %s, capacity %s\n", options.data_dir.c_str(),
+                 kvfs::FormatSize(options.capacity).c_str());
+    return Run(std::move(options), -1);
+  }
+  std::printf("kvfs: data %s, capacity %s\n", options.data_dir.c_str(),
+              kvfs::FormatSize(options.capacity).c_str());
+  std::fflush(stdout);
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    std::perror("kvfs: pipe");
+    return 1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("kvfs: fork");
+    return 1;
+  }
+  if (pid > 0) {
+    close(pipefd[1]);
+    return WaitForChild(pipefd[0], pid);
+  }
+  close(pipefd[0]);
+  setsid();
+  if (chdir("/") != 0) {
+  }
+  int devnull = open("/dev/null", O_RDWR);
+  if (devnull >= 0) {
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    if (devnull > 2) close(devnull);
+  }
+  return Run(std::move(options), pipefd[1]);
+}

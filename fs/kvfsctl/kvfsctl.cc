@@ -1,0 +1,213 @@
+// kvfsctl: looks at a running kvfs mount through its control surface (.kvfs/status and the
+// user.kvfs.stat xattr). Exit status: 0 ok, 2 usage errors and paths not on a kvfs mount,
+// 1 any other failure.
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "kvfs/size.h"
+#include "kvfs/version.h"
+#include "mount_info.h"
+
+namespace kvfs::fs {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+struct Failure {
+  int code;
+  std::string message;
+};
+
+// The kvfs mount root holding `path`, or a Failure (exit 2 when it is not kvfs).
+std::string MountRootOf(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  // Resolve the directory part only: the path itself may be a symlink we want to describe.
+  std::filesystem::path resolved = std::filesystem::canonical(abs, ec);
+  if (ec) {
+    auto parent = std::filesystem::canonical(abs.parent_path(), ec);
+    if (ec) throw Failure{kExitFailure, "kvfsctl: " + path + ": " + ec.message()};
+    resolved = parent / abs.filename();
+  }
+  auto mount = FindMount(ReadMountInfo(), resolved.string());
+  std::string status;
+  if (mount && mount->fstype == "fuse.kvfs") status = mount->mount_point + "/.kvfs/status";
+  if (status.empty() || !std::filesystem::exists(status, ec))
+    throw Failure{kExitUsage, "kvfsctl: " + path + " is not on a kvfs mount"};
+  return mount->mount_point;
+}
+
+nlohmann::json ReadJsonFile(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw Failure{kExitFailure, "kvfsctl: cannot read " + file};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) throw Failure{kExitFailure, "kvfsctl: malformed JSON in " + file};
+  return j;
+}
+
+std::string Duration(double s) {
+  long t = std::lround(s);
+  char buf[64];
+  if (t >= 86400)
+    std::snprintf(buf, sizeof buf, "%ldd %ldh", t / 86400, (t % 86400) / 3600);
+  else if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh %ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm %lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
+
+std::string Time(double t) {
+  time_t sec = static_cast<time_t>(t);
+  struct tm tm;
+  localtime_r(&sec, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  char out[96];
+  std::snprintf(out, sizeof out, "%s.%03d", buf, static_cast<int>((t - sec) * 1000));
+  return out;
+}
+
+uint64_t U(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+}
+
+void PrintStatus(const nlohmann::json& s) {
+  uint64_t cap = U(s, "capacity_bytes"), used = U(s, "used_bytes");
+  double pct = cap ? 100.0 * static_cast<double>(used) / static_cast<double>(cap) : 0.0;
+  uint64_t lookups = U(s, "lookups"), hits = U(s, "lookup_hits");
+  std::printf("kvfs %s on %s (pid %lld, up %s)\n", s.value("version", "?").c_str(),
+              s.value("mountpoint", "?").c_str(), static_cast<long long>(U(s, "pid")),
+              Duration(s.value("uptime_s", 0.0)).c_str());
+  std::printf("  data dir      %s\n", s.value("data_dir", "").c_str());
+  std::string devices;
+  for (const auto& d : s.value("devices", nlohmann::json::array()))
+    devices += (devices.empty() ? "" : ", ") + d.get<std::string>();
+  std::printf("  devices       %s\n", devices.c_str());
+  std::printf("  durability    %s, compression %s, segments of %s\n",
+              s.value("durability", "?").c_str(), s.value("compression", "?").c_str(),
+              FormatSize(U(s, "segment_size")).c_str());
+  std::printf("  capacity      %s, used %s (%.1f%%), free %s\n", FormatSize(cap).c_str(),
+              FormatSize(used).c_str(), pct, FormatSize(U(s, "free_bytes")).c_str());
+  std::printf("  files         %llu (%llu objects), %s of file data\n",
+              static_cast<unsigned long long>(U(s, "files")),
+              static_cast<unsigned long long>(U(s, "objects")),
+              FormatSize(U(s, "logical_bytes")).c_str());
+  std::printf("  lookups       %llu, hits %llu (%.1f%%), misses %llu\n",
+              static_cast<unsigned long long>(lookups), static_cast<unsigned long long>(hits),
+              lookups ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
+              static_cast<unsigned long long>(U(s, "lookup_misses")));
+  std::printf("  reads         %llu, %s\n", static_cast<unsigned long long>(U(s, "reads")),
+              FormatSize(U(s, "bytes_read")).c_str());
+  std::printf("  writes        %llu, %s\n", static_cast<unsigned long long>(U(s, "writes")),
+              FormatSize(U(s, "bytes_written")).c_str());
+  std::printf("  checksum failures %llu\n",
+              static_cast<unsigned long long>(U(s, "checksum_failures")));
+}
+
+void PrintStat(const std::string& path, const nlohmann::json& s) {
+  std::printf("%s\n", path.c_str());
+  std::printf("  id        %llu (%s, %s)\n", static_cast<unsigned long long>(U(s, "id")),
+              s.value("type", "?").c_str(), s.value("state", "?").c_str());
+  std::printf("  size      %s (%llu bytes)\n", FormatSize(U(s, "size")).c_str(),
+              static_cast<unsigned long long>(U(s, "size")));
+  std::printf("  modified  %s\n  accessed  %s\n  changed   %s\n",
+              Time(s.value("mtime", 0.0)).c_str(), Time(s.value("atime", 0.0)).c_str(),
+              Time(s.value("ctime", 0.0)).c_str());
+  if (s.value("pinned", false)) std::printf("  pinned\n");
+  const auto& segs = s.value("segments", nlohmann::json::array());
+  uint64_t stored = 0;
+  for (const auto& seg : segs) stored += U(seg, "stored_len");
+  std::printf("  segments  %zu, %s stored\n", segs.size(), FormatSize(stored).c_str());
+  if (!segs.empty())
+    std::printf("    %-4s %-6s %14s %12s %12s %-5s %s\n", "#", "device", "offset", "stored", "raw",
+                "codec", "xxh3");
+  size_t i = 0;
+  for (const auto& seg : segs) {
+    std::printf("    %-4zu %-6llu %14llu %12llu %12llu %-5s %s\n", i++,
+                static_cast<unsigned long long>(U(seg, "device")),
+                static_cast<unsigned long long>(U(seg, "offset")),
+                static_cast<unsigned long long>(U(seg, "stored_len")),
+                static_cast<unsigned long long>(U(seg, "raw_len")), seg.value("codec", "?").c_str(),
+                seg.value("checksum", "").c_str());
+  }
+  std::string devices;
+  for (const auto& d : s.value("devices", nlohmann::json::array()))
+    devices += (devices.empty() ? "" : ", ") + d.get<std::string>();
+  if (!devices.empty()) std::printf("  devices   %s\n", devices.c_str());
+}
+
+int Status(const std::string& mountpoint, bool json) {
+  std::string root = MountRootOf(mountpoint);
+  nlohmann::json s = ReadJsonFile(root + "/.kvfs/status");
+  if (json)
+    std::printf("%s\n", s.dump(2).c_str());
+  else
+    PrintStatus(s);
+  return 0;
+}
+
+int Stat(const std::string& path, bool json) {
+  MountRootOf(path);
+  std::string value(64 * 1024, '\0');
+  ssize_t n = lgetxattr(path.c_str(), "user.kvfs.stat", value.data(), value.size());
+  if (n < 0) throw Failure{kExitFailure, "kvfsctl: " + path + ": " + std::strerror(errno)};
+  value.resize(static_cast<size_t>(n));
+  auto s = nlohmann::json::parse(value, nullptr, false);
+  if (s.is_discarded()) throw Failure{kExitFailure, "kvfsctl: malformed reply for " + path};
+  if (json)
+    std::printf("%s\n", s.dump(2).c_str());
+  else
+    PrintStat(path, s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvfs::fs
+
+int main(int argc, char** argv) {
+  using namespace kvfs::fs;
+  CLI::App app{"kvfsctl: inspect a kvfs mount", "kvfsctl"};
+  app.set_version_flag("--version", std::string("kvfsctl ") + KVFS_VERSION);
+  app.require_subcommand(1);
+  std::string mountpoint, path;
+  bool status_json = false, stat_json = false;
+  auto* status = app.add_subcommand("status", "capacity, usage, hits and misses of a mount");
+  status->add_option("MOUNTPOINT", mountpoint, "a kvfs mount point (or any path in it)")
+      ->required();
+  status->add_flag("--json", status_json, "print the raw JSON");
+  auto* stat = app.add_subcommand("stat", "where a file's bytes live: size, times, segments");
+  stat->add_option("PATH", path, "a file on a kvfs mount")->required();
+  stat->add_flag("--json", stat_json, "print the raw JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (status->parsed()) return Status(mountpoint, status_json);
+    return Stat(path, stat_json);
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "%s\n", f.message.c_str());
+    return f.code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvfsctl: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,165 @@
+#include "mount_options.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "kvfs/size.h"
+#include "kvfs/version.h"
+
+namespace kvfs::fs {
+namespace {
+
+Result<DeviceSpec> ParseDevice(const std::string& text) {
+  DeviceSpec spec;
+  // PATH[:SIZE]: the size is whatever follows the last ':' when it parses as a size, so paths
+  // containing ':' still work when no size is given.
+  auto colon = text.rfind(':');
+  if (colon != std::string::npos && colon + 1 < text.size()) {
+    auto size = ParseSize(std::string_view(text).substr(colon + 1));
+    if (size.ok()) {
+      spec.path = text.substr(0, colon);
+      spec.size = *size;
+    } else {
+      spec.path = text;
+    }
+  } else {
+    spec.path = text;
+  }
+  if (spec.path.empty()) return Status::Invalid("--device needs a path: '" + text + "'");
+  return spec;
+}
+
+}  // namespace
+
+const char* DurabilityName(Durability d) { return d == Durability::kClose ? "close" : "async"; }
+
+const char* CompressionName(Compression c) {
+  switch (c) {
+    case Compression::kOff:
+      return "off";
+    case Compression::kLz4:
+      return "lz4";
+    case Compression::kAuto:
+      return "auto";
+  }
+  return "off";
+}
+
+std::string DefaultDataDir() {
+  if (geteuid() == 0) return "/var/lib/kvfs";
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/kvfs";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.local/share/kvfs";
+  return "/tmp/kvfs-" + std::to_string(geteuid());
+}
+
+uint64_t DefaultCapacity(uint64_t free_bytes) {
+  constexpr uint64_t kMin = 256ull << 20, kMax = 64ull << 30;
+  return std::clamp<uint64_t>(free_bytes / 4, kMin, kMax) & ~uint64_t{4095};
+}
+
+ParsedCommandLine ParseMountOptions(int argc, char** argv) {
+  ParsedCommandLine out;
+  MountOptions opts;
+  std::string capacity, durability = "close", compression = "off";
+  std::vector<std::string> devices;
+
+  CLI::App app{"kvfs: a FUSE filesystem for LLM KV-cache files, backed by a local chunk engine",
+               "kvfs"};
+  app.set_version_flag("--version", std::string("kvfs ") + KVFS_VERSION);
+  app.add_option("MOUNTPOINT", opts.mountpoint, "Directory to mount on")->required();
+  app.add_option("--data", opts.data_dir,
+                 "Data directory: journal, checkpoint, default device (default: /var/lib/kvfs "
+                 "as root, else $XDG_DATA_HOME/kvfs)");
+  app.add_option("--capacity", capacity,
+                 "Data capacity, e.g. 256M, 20G (default: 25% of the data dir's free space, "
+                 "at most 64G)");
+  app.add_option("--device", devices, "Device file or block device PATH[:SIZE] (repeatable)");
+  app.add_option("--durability", durability,
+                 "close: close(2) returns once data is durable; "
+                 "async: persistence follows in the background")
+      ->check(CLI::IsMember({"close", "async"}));
+  app.add_option("--compress", compression, "Segment compression: off, lz4 or auto")
+      ->check(CLI::IsMember({"off", "lz4", "auto"}));
+  app.add_flag("-f,--foreground", opts.foreground, "Stay in the foreground, log to stderr");
+  app.add_option("-o", opts.fuse_options, "FUSE mount options (comma-separated, repeatable)");
+  app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--store", opts.store, "")->group("")->check(CLI::IsMember({"local", "memory"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForVersion&) {
+    out.message = std::string("kvfs ") + KVFS_VERSION + "\n";
+    return out;
+  } catch (const CLI::Success&) {
+    out.message = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    out.exit_code = 2;
+    out.message = std::string("kvfs: ") + e.what() + "\nRun with --help for usage.\n";
+    return out;
+  }
+
+  auto fail = [&](const std::string& msg) {
+    out.exit_code = 2;
+    out.message = "kvfs: " + msg + "\n";
+    return out;
+  };
+  if (!capacity.empty()) {
+    auto size = ParseSize(capacity);
+    if (!size.ok()) return fail("--capacity: " + size.status().message());
+    if (*size < (16ull << 20)) return fail("--capacity must be at least 16M");
+    opts.capacity = *size;
+  }
+  for (const auto& d : devices) {
+    auto spec = ParseDevice(d);
+    if (!spec.ok()) return fail(spec.status().message());
+    opts.devices.push_back(*spec);
+  }
+  opts.durability = durability == "async" ? Durability::kAsync : Durability::kClose;
+  opts.compression = compression == "lz4"    ? Compression::kLz4
+                     : compression == "auto" ? Compression::kAuto
+                                             : Compression::kOff;
+  std::error_code ec;
+  auto mp = std::filesystem::absolute(opts.mountpoint, ec);
+  if (ec) return fail("bad mountpoint '" + opts.mountpoint + "'");
+  struct stat st;
+  if (::stat(mp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail("mountpoint '" + opts.mountpoint + "' is not an existing directory");
+  opts.mountpoint = mp.lexically_normal().string();
+  if (opts.mountpoint.size() > 1 && opts.mountpoint.back() == '/') opts.mountpoint.pop_back();
+  if (!opts.data_dir.empty()) {
+    opts.data_dir = std::filesystem::absolute(opts.data_dir, ec).lexically_normal().string();
+    if (opts.data_dir.size() > 1 && opts.data_dir.back() == '/') opts.data_dir.pop_back();
+  }
+  out.options = std::move(opts);
+  return out;
+}
+
+Status ResolveDefaults(MountOptions& options) {
+  if (options.data_dir.empty()) options.data_dir = DefaultDataDir();
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec)
+    return Status::Error(ec.value(),
+                         "cannot create data dir " + options.data_dir + ": " + ec.message());
+  if (options.capacity == 0) {
+    struct statvfs sv;
+    if (statvfs(options.data_dir.c_str(), &sv) != 0)
+      return Status::Error(errno, "statvfs " + options.data_dir);
+    options.capacity = DefaultCapacity(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,560 @@
+#include "namespace.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <algorithm>
+
+namespace kvfs::fs {
+namespace {
+
+uint32_t TypeBits(ObjectType t) {
+  switch (t) {
+    case ObjectType::kDirectory:
+      return S_IFDIR;
+    case ObjectType::kSymlink:
+      return S_IFLNK;
+    case ObjectType::kFile:
+      break;
+  }
+  return S_IFREG;
+}
+
+struct timespec ToTimespec(const Timespec64& t) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(t.sec);
+  ts.tv_nsec = static_cast<long>(t.nsec);
+  return ts;
+}
+
+// Allocated bytes as du should count them: the stored extents (4 KiB granules) when the layout
+// names segments, else the size rounded up (the in-memory store keeps no segments).
+uint64_t AllocatedBytes(const ObjectRecord& rec, uint64_t size_now) {
+  if (rec.type != ObjectType::kFile) return 4096;
+  uint64_t bytes = 0;
+  if (rec.layout && !rec.layout->segments.empty() && rec.layout->size == size_now) {
+    for (const auto& seg : rec.layout->segments)
+      bytes += (uint64_t{seg.stored_len} + 4095) & ~4095ull;
+    return bytes;
+  }
+  return (size_now + 4095) & ~4095ull;
+}
+
+}  // namespace
+
+Timespec64 Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return Timespec64{ts.tv_sec, ts.tv_nsec};
+}
+
+Status CheckName(std::string_view name) {
+  if (name.empty() || name == "." || name == "..") return Status::Invalid("bad name");
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+  if (name.find('/') != std::string_view::npos) return Status::Invalid("name contains '/'");
+  return Status::Ok();
+}
+
+Namespace::Namespace(ChunkStore* store, InvalidationSink* sink) : store_(store), sink_(sink) {
+  auto root = std::make_unique<Inode>();
+  root->rec.id = kRootId;
+  root->rec.parent = kRootId;
+  root->rec.type = ObjectType::kDirectory;
+  root->rec.mode = 0755;
+  root->rec.atime = root->rec.mtime = root->rec.ctime = Now();
+  root->journaled = true;  // the root always exists and is never journaled
+  root->dir = std::make_unique<Directory>();
+  inodes_.emplace(kRootId, std::move(root));
+}
+
+Namespace::~Namespace() = default;
+
+Status Namespace::Load() {
+  std::vector<ObjectRecord> records = store_->Records();
+  std::lock_guard lock(mu_);
+  for (auto& rec : records) {
+    if (rec.id == kRootId || rec.id == kInvalidId) continue;
+    auto in = std::make_unique<Inode>();
+    in->journaled = true;
+    if (rec.type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
+    uint64_t id = rec.id;
+    in->rec = std::move(rec);
+    inodes_[id] = std::move(in);
+  }
+  // Link in id order so readdir lists older entries first, as they were created.
+  std::vector<uint64_t> ids;
+  ids.reserve(inodes_.size());
+  for (auto& [id, in] : inodes_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  size_t orphans = 0;
+  for (uint64_t id : ids) {
+    if (id == kRootId) continue;
+    Inode* in = inodes_[id].get();
+    Inode* parent = Find(in->rec.parent);
+    if (!parent || !parent->dir || Child(parent, in->rec.name) || !CheckName(in->rec.name).ok()) {
+      ++orphans;
+      in->linked = false;
+      continue;
+    }
+    LinkChild(parent, in->rec.name, in);
+  }
+  // An orphan's parent may itself be an orphan: unreachable inodes are dropped from memory.
+  for (auto it = inodes_.begin(); it != inodes_.end();) {
+    if (!it->second->linked) {
+      spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", it->first,
+                   it->second->rec.name, it->second->rec.parent);
+      it = inodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  spdlog::info("namespace: loaded {} objects ({} orphans skipped)", inodes_.size() - 1, orphans);
+  return Status::Ok();
+}
+
+Inode* Namespace::Find(uint64_t ino) {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second.get();
+}
+
+Result<Inode*> Namespace::FindDir(uint64_t ino) {
+  Inode* in = Find(ino);
+  if (!in) return Status::NotFound("no such inode");
+  if (!in->dir) return Status::Error(ENOTDIR, "not a directory");
+  return in;
+}
+
+Inode* Namespace::Child(Inode* dir, std::string_view name) {
+  auto it = dir->dir->cookie_of.find(std::string(name));
+  if (it == dir->dir->cookie_of.end()) return nullptr;
+  return Find(dir->dir->by_cookie.at(it->second).ino);
+}
+
+void Namespace::LinkChild(Inode* dir, const std::string& name, Inode* child) {
+  uint64_t cookie = dir->dir->next_cookie++;
+  dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id});
+  dir->dir->cookie_of.emplace(name, cookie);
+}
+
+void Namespace::UnlinkChild(Inode* dir, const std::string& name) {
+  auto it = dir->dir->cookie_of.find(name);
+  if (it == dir->dir->cookie_of.end()) return;
+  dir->dir->by_cookie.erase(it->second);
+  dir->dir->cookie_of.erase(it);
+}
+
+void Namespace::MaybeDrop(Inode* in) {
+  if (in->linked || in->nlookup > 0 || in->opens > 0 || in->rec.id == kRootId) return;
+  inodes_.erase(in->rec.id);
+}
+
+EntryInfo Namespace::MakeEntry(const Inode* in) const {
+  EntryInfo e;
+  const ObjectRecord& r = in->rec;
+  struct stat& st = e.attr;
+  st.st_ino = r.id;
+  st.st_mode = TypeBits(r.type) | (r.mode & 07777);
+  st.st_nlink = in->dir ? 2 : (in->linked ? 1 : 0);
+  st.st_uid = r.uid;
+  st.st_gid = r.gid;
+  uint64_t size = in->writing ? in->writing->size.load() : r.size();
+  if (in->dir) size = 4096;
+  st.st_size = static_cast<off_t>(size);
+  st.st_blksize = 1 << 20;  // a hint for buffered copies (cp, Python); O_DIRECT uses f_bsize
+  st.st_blocks = static_cast<blkcnt_t>(AllocatedBytes(r, size) / 512);
+  st.st_atim = ToTimespec(r.atime);
+  st.st_mtim = ToTimespec(r.mtime);
+  st.st_ctim = ToTimespec(r.ctime);
+  e.stable = in->journaled && !in->writing;
+  return e;
+}
+
+Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
+  {
+    std::unique_lock lock(apply_mu_);
+    apply_cv_.wait(lock, [&] { return serving_ticket_ == ticket; });
+  }
+  Status st = store_->Apply(batch);
+  if (!st.ok()) spdlog::error("namespace: journal apply failed: {}", st.ToString());
+  {
+    std::lock_guard lock(apply_mu_);
+    ++serving_ticket_;
+  }
+  apply_cv_.notify_all();
+  return st;
+}
+
+Result<EntryInfo> Namespace::Lookup(uint64_t parent, std::string_view name) {
+  counters_.lookups.fetch_add(1, std::memory_order_relaxed);
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
+  std::lock_guard lock(mu_);
+  KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
+  Inode* child = Child(dir, name);
+  if (!child) {
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return Status::NotFound("no such entry");
+  }
+  counters_.hits.fetch_add(1, std::memory_order_relaxed);
+  ++child->nlookup;
+  return MakeEntry(child);
+}
+
+void Namespace::Forget(uint64_t ino, uint64_t n) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  if (!in) return;
+  in->nlookup = n >= in->nlookup ? 0 : in->nlookup - n;
+  MaybeDrop(in);
+}
+
+Result<EntryInfo> Namespace::GetAttr(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  if (!in) return Status::NotFound("no such inode");
+  return MakeEntry(in);
+}
+
+Result<ObjectRecord> Namespace::Record(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  if (!in) return Status::NotFound("no such inode");
+  return in->rec;
+}
+
+bool Namespace::Journaled(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  return in && in->journaled;
+}
+
+size_t Namespace::inode_count() {
+  std::lock_guard lock(mu_);
+  return inodes_.size();
+}
+
+Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, ObjectType type,
+                                   uint32_t mode, uint32_t uid, uint32_t gid) {
+  KVFS_RETURN_IF_ERROR(CheckName(name));
+  KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
+  if (!dir->linked) return Status::NotFound("directory was removed");
+  if (Child(dir, name) || (parent == kRootId && name == kControlDirName))
+    return Status::Error(EEXIST, "name exists");
+  auto in = std::make_unique<Inode>();
+  ObjectRecord& r = in->rec;
+  r.id = store_->NewId();
+  r.parent = parent;
+  r.name = std::string(name);
+  r.type = type;
+  r.mode = mode & 07777;
+  r.uid = uid;
+  r.gid = gid;
+  r.atime = r.mtime = r.ctime = Now();
+  if (type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
+  Inode* raw = in.get();
+  inodes_.emplace(r.id, std::move(in));
+  LinkChild(dir, r.name, raw);
+  dir->rec.mtime = dir->rec.ctime = r.mtime;
+  dir->lazy_dirty = true;
+  return raw;
+}
+
+Result<EntryInfo> Namespace::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
+                                   uint32_t uid, uint32_t gid) {
+  MetaBatch batch;
+  EntryInfo entry;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_ASSIGN_OR_RETURN(Inode * in,
+                          NewChild(parent, name, ObjectType::kDirectory, mode, uid, gid));
+    in->journaled = true;
+    ++in->nlookup;
+    batch.puts.push_back(in->rec);
+    entry = MakeEntry(in);
+    ticket = TakeTicket();
+  }
+  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  return entry;
+}
+
+Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
+                                     std::string_view target, uint32_t uid, uint32_t gid) {
+  if (target.empty() || target.size() >= 4096) return Status::Error(ENAMETOOLONG, "bad target");
+  MetaBatch batch;
+  EntryInfo entry;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kSymlink, 0777, uid, gid));
+    in->rec.symlink_target = std::string(target);
+    in->journaled = true;
+    ++in->nlookup;
+    batch.puts.push_back(in->rec);
+    entry = MakeEntry(in);
+    ticket = TakeTicket();
+  }
+  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  return entry;
+}
+
+Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
+                                   uint32_t uid, uint32_t gid) {
+  MetaBatch batch;
+  EntryInfo entry;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kFile, mode, uid, gid));
+    in->journaled = true;
+    ++in->nlookup;
+    batch.puts.push_back(in->rec);
+    entry = MakeEntry(in);
+    ticket = TakeTicket();
+  }
+  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  return entry;
+}
+
+Result<std::string> Namespace::Readlink(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  if (!in) return Status::NotFound("no such inode");
+  if (in->rec.type != ObjectType::kSymlink) return Status::Invalid("not a symlink");
+  return in->rec.symlink_target;
+}
+
+Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_dir) {
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
+  MetaBatch batch;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
+    Inode* in = Child(dir, name);
+    if (!in) return Status::NotFound("no such entry");
+    if (want_dir) {
+      if (!in->dir) return Status::Error(ENOTDIR, "not a directory");
+      if (!in->dir->by_cookie.empty()) return Status::Error(ENOTEMPTY, "directory not empty");
+    } else if (in->dir) {
+      return Status::Error(EISDIR, "is a directory");
+    }
+    UnlinkChild(dir, in->rec.name);
+    in->linked = false;
+    in->rec.ctime = dir->rec.mtime = dir->rec.ctime = Now();
+    dir->lazy_dirty = true;
+    if (in->journaled) batch.removes.push_back(in->rec.id);
+    // Nothing more is journaled for it: a writer still holding it publishes nowhere.
+    in->journaled = false;
+    MaybeDrop(in);
+    if (batch.removes.empty()) return Status::Ok();
+    ticket = TakeTicket();
+  }
+  return ApplyInOrder(ticket, batch);
+}
+
+Status Namespace::Unlink(uint64_t parent, std::string_view name) {
+  return RemoveEntry(parent, name, false);
+}
+
+Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
+  return RemoveEntry(parent, name, true);
+}
+
+Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags) {
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Status::Invalid("unsupported flags");
+  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Status::Invalid("flags");
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
+  KVFS_RETURN_IF_ERROR(CheckName(new_name));
+  MetaBatch batch;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    KVFS_ASSIGN_OR_RETURN(Inode * src_dir, FindDir(parent));
+    KVFS_ASSIGN_OR_RETURN(Inode * dst_dir, FindDir(new_parent));
+    Inode* moved = Child(src_dir, name);
+    if (!moved) return Status::NotFound("no such entry");
+    if (new_parent == kRootId && new_name == kControlDirName)
+      return Status::Error(EPERM, "reserved name");
+    Inode* target = Child(dst_dir, new_name);
+    if (target == moved) return Status::Ok();
+    // A directory may not move below itself: walk up from the destination.
+    auto inside = [&](Inode* dir, Inode* maybe_ancestor) {
+      for (Inode* p = dir; p;) {
+        if (p == maybe_ancestor) return true;
+        if (p->rec.id == kRootId) return false;
+        p = Find(p->rec.parent);
+      }
+      return false;
+    };
+    if (moved->dir && inside(dst_dir, moved)) return Status::Invalid("move into itself");
+    Timespec64 now = Now();
+    if (flags & RENAME_EXCHANGE) {
+      if (!target) return Status::NotFound("no target to exchange with");
+      if (target->dir && inside(src_dir, target)) return Status::Invalid("move into itself");
+      std::string a = moved->rec.name, b = target->rec.name;
+      UnlinkChild(src_dir, a);
+      UnlinkChild(dst_dir, b);
+      moved->rec.parent = new_parent;
+      moved->rec.name = b;
+      target->rec.parent = parent;
+      target->rec.name = a;
+      LinkChild(dst_dir, b, moved);
+      LinkChild(src_dir, a, target);
+      moved->rec.ctime = target->rec.ctime = now;
+      if (moved->journaled) batch.puts.push_back(moved->rec);
+      if (target->journaled) batch.puts.push_back(target->rec);
+    } else {
+      if (target) {
+        if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "target exists");
+        if (moved->dir) {
+          if (!target->dir) return Status::Error(ENOTDIR, "target is not a directory");
+          if (!target->dir->by_cookie.empty())
+            return Status::Error(ENOTEMPTY, "target directory not empty");
+        } else if (target->dir) {
+          return Status::Error(EISDIR, "target is a directory");
+        }
+        UnlinkChild(dst_dir, target->rec.name);
+        target->linked = false;
+        target->rec.ctime = now;
+        if (target->journaled) batch.removes.push_back(target->rec.id);
+        target->journaled = false;
+        MaybeDrop(target);
+      }
+      UnlinkChild(src_dir, moved->rec.name);
+      moved->rec.parent = new_parent;
+      moved->rec.name = std::string(new_name);
+      moved->rec.ctime = now;
+      LinkChild(dst_dir, moved->rec.name, moved);
+      if (moved->journaled) batch.puts.push_back(moved->rec);
+    }
+    src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;
+    src_dir->lazy_dirty = dst_dir->lazy_dirty = true;
+    if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
+    ticket = TakeTicket();
+  }
+  return ApplyInOrder(ticket, batch);
+}
+
+Status Namespace::Readdir(
+    uint64_t ino, uint64_t offset,
+    const std::function<bool(const std::string&, uint64_t, uint32_t, uint64_t)>& emit) {
+  std::lock_guard lock(mu_);
+  KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(ino));
+  if (offset < 1 && !emit(".", dir->rec.id, S_IFDIR, 1)) return Status::Ok();
+  if (offset < 2 && !emit("..", dir->rec.parent, S_IFDIR, 2)) return Status::Ok();
+  for (auto it = dir->dir->by_cookie.upper_bound(std::max<uint64_t>(offset, 2));
+       it != dir->dir->by_cookie.end(); ++it) {
+    const Inode* child = Find(it->second.ino);
+    uint32_t type = child ? TypeBits(child->rec.type) : S_IFREG;
+    if (!emit(it->second.name, it->second.ino, type, it->first)) break;
+  }
+  return Status::Ok();
+}
+
+void Namespace::TouchAtime(Inode* in) {
+  // At most once a second per inode: each change also invalidates the kernel's cached attrs so
+  // stat shows it (external evictors sort by atime), and that should not cost every read.
+  Timespec64 now = Now();
+  if (now.sec - in->rec.atime.sec < 1 && now.sec >= in->rec.atime.sec) return;
+  in->rec.atime = now;
+  in->lazy_dirty = true;
+  if (sink_) sink_->InvalidateInode(in->rec.id, false);
+}
+
+Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
+  // A size change goes to the open writer when there is one; on a closed file it publishes a
+  // new version at once (a truncate has no close to wait for).
+  std::shared_ptr<WriteSession> session;
+  LayoutRef base;
+  if (req.size) {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(ino);
+    if (!in) return Status::NotFound("no such inode");
+    if (in->dir) return Status::Error(EISDIR, "is a directory");
+    if (in->rec.type != ObjectType::kFile) return Status::Invalid("not a regular file");
+    session = (fh && fh->session) ? fh->session : in->writing;
+    base = in->rec.layout;
+  }
+  if (req.size && session) {
+    std::lock_guard wl(session->mu);
+    KVFS_RETURN_IF_ERROR(session->writer->Truncate(*req.size));
+    session->size = session->writer->size();
+    session->dirty = true;
+  } else if (req.size && (base ? base->size : 0) != *req.size) {
+    KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(base));
+    KVFS_RETURN_IF_ERROR(writer->Truncate(*req.size));
+    KVFS_ASSIGN_OR_RETURN(LayoutRef layout, writer->Finish());
+    MetaBatch batch;
+    uint64_t ticket;
+    bool journal = false;
+    {
+      std::lock_guard lock(mu_);
+      Inode* in = Find(ino);
+      if (!in) return Status::NotFound("no such inode");
+      in->rec.layout = layout;
+      in->rec.mtime = in->rec.ctime = Now();
+      if (in->linked) {
+        in->journaled = true;
+        batch.puts.push_back(in->rec);
+        ticket = TakeTicket();
+        journal = true;
+      }
+    }
+    if (journal) KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+    if (sink_) sink_->InvalidateInode(ino, true);
+  }
+
+  MetaBatch batch;
+  uint64_t ticket = 0;
+  EntryInfo entry;
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(ino);
+    if (!in) return Status::NotFound("no such inode");
+    Timespec64 now = Now();
+    bool changed = false;
+    if (req.mode) in->rec.mode = *req.mode & 07777, changed = true;
+    if (req.uid) in->rec.uid = *req.uid, changed = true;
+    if (req.gid) in->rec.gid = *req.gid, changed = true;
+    if (req.atime != SetAttrRequest::Time::kKeep) {
+      in->rec.atime = req.atime == SetAttrRequest::Time::kNow ? now : req.atime_value;
+      changed = true;
+    }
+    if (req.mtime != SetAttrRequest::Time::kKeep) {
+      in->rec.mtime = req.mtime == SetAttrRequest::Time::kNow ? now : req.mtime_value;
+      changed = true;
+    }
+    if (req.size && session) in->rec.mtime = now;
+    if (changed || req.size) in->rec.ctime = now;
+    if (changed && in->journaled && in->rec.id != kRootId) {
+      batch.puts.push_back(in->rec);
+      in->lazy_dirty = false;
+      ticket = TakeTicket();
+    }
+    entry = MakeEntry(in);
+  }
+  if (!batch.puts.empty()) KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  return entry;
+}
+
+Status Namespace::PersistLazy() {
+  MetaBatch batch;
+  uint64_t ticket;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, in] : inodes_) {
+      if (!in->lazy_dirty) continue;
+      in->lazy_dirty = false;
+      if (in->journaled && in->linked && id != kRootId) batch.puts.push_back(in->rec);
+    }
+    if (batch.puts.empty()) return Status::Ok();
+    ticket = TakeTicket();
+  }
+  spdlog::info("namespace: persisting times of {} objects", batch.puts.size());
+  return ApplyInOrder(ticket, batch);
+}
+
+}  // namespace kvfs::fs

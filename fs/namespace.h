@@ -1,0 +1,191 @@
+// Namespace: the in-memory tree of inodes built from the store's records at mount, and every
+// operation that changes it. FUSE-free, so it is unit-tested over MemoryStore.
+//
+// Inode numbers are object ids (ids are never reused, so no generation numbers are needed). An
+// inode stays in memory while it is linked into the tree, looked up by the kernel (nlookup > 0)
+// or open; an unlinked inode goes away when the last of those ends.
+//
+// Locks: `mu_` guards the tree and every Inode field; a WriteSession's own mutex guards its
+// ChunkWriter. Order: WriteSession::mu before mu_. Store calls that can wait for the disk
+// (Apply, Finish, Read) are made without `mu_` held; Apply calls keep the order in which the
+// in-memory changes were made through a ticket (see ApplyInOrder).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kvfs/chunk_store.h"
+#include "kvfs/object.h"
+#include "kvfs/status.h"
+
+namespace kvfs::fs {
+
+constexpr size_t kNameMax = 255;
+// Names the namespace refuses in the root: the control directory lives there.
+constexpr std::string_view kControlDirName = ".kvfs";
+
+// Told about inodes whose kernel caches went stale (a new version was published, atime moved).
+// Implementations must not call back into the kernel from the caller's thread.
+class InvalidationSink {
+ public:
+  virtual ~InvalidationSink() = default;
+  virtual void InvalidateInode(uint64_t ino, bool data) = 0;
+};
+
+// The staging of the next version of one file, shared by every handle open for writing on it.
+struct WriteSession {
+  std::mutex mu;
+  std::unique_ptr<ChunkWriter> writer;
+  bool dirty = false;             // written, truncated or created since the last publish
+  std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
+  uint32_t handles = 0;           // guarded by Namespace::mu_
+};
+
+struct Directory {
+  struct Child {
+    std::string name;
+    uint64_t ino;
+  };
+  // Readdir cookies: each entry gets the next cookie when it is linked, so an offset handed to
+  // the kernel stays valid while other entries come and go (1 and 2 are "." and "..").
+  std::map<uint64_t, Child> by_cookie;
+  std::unordered_map<std::string, uint64_t> cookie_of;
+  uint64_t next_cookie = 3;
+};
+
+struct Inode {
+  ObjectRecord rec;         // rec.id is the inode number; rec.layout is the published version
+  bool journaled = false;   // the store holds a record for it
+  bool linked = true;       // reachable by name
+  bool lazy_dirty = false;  // atime or a directory time changed, persisted at shutdown
+  uint64_t nlookup = 0;
+  uint32_t opens = 0;
+  std::unique_ptr<Directory> dir;         // directories only
+  std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
+};
+
+// One open file: what fuse_file_info::fh points to.
+struct FileHandle {
+  uint64_t ino = 0;
+  bool can_write = false;
+  LayoutRef layout;                       // read-only handles: the version current at open
+  std::shared_ptr<WriteSession> session;  // writable handles
+  // What the kernel is told at open.
+  bool direct_io = false;
+  bool keep_cache = false;
+};
+
+struct EntryInfo {
+  struct stat attr {};
+  bool stable = false;  // published and not being written: the kernel may cache it long
+};
+
+struct SetAttrRequest {
+  std::optional<uint32_t> mode, uid, gid;
+  std::optional<uint64_t> size;
+  enum class Time { kKeep, kNow, kSet };
+  Time atime = Time::kKeep, mtime = Time::kKeep;
+  Timespec64 atime_value, mtime_value;
+};
+
+struct LookupCounters {
+  std::atomic<uint64_t> lookups{0}, hits{0}, misses{0};
+};
+
+class Namespace {
+ public:
+  Namespace(ChunkStore* store, InvalidationSink* sink);
+  ~Namespace();
+
+  // Builds the tree from store->Records(). Records whose parent is missing are logged and
+  // skipped (the store keeps them until removed).
+  Status Load();
+
+  // --- names and attributes (namespace.cc)
+  Result<EntryInfo> Lookup(uint64_t parent, std::string_view name);  // counts a lookup
+  void Forget(uint64_t ino, uint64_t n);
+  Result<EntryInfo> GetAttr(uint64_t ino);
+  Result<EntryInfo> SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh);
+  Result<EntryInfo> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                          uint32_t gid);
+  Result<EntryInfo> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                            uint32_t uid, uint32_t gid);
+  // A regular file, published at once (empty): nothing else would publish it.
+  Result<EntryInfo> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                          uint32_t gid);
+  Status Unlink(uint64_t parent, std::string_view name);
+  Status Rmdir(uint64_t parent, std::string_view name);
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, unsigned flags);
+  Result<std::string> Readlink(uint64_t ino);
+  // Streams entries from `offset` (a cookie); `emit(name, ino, type_bits, next_offset)` returns
+  // false when the reply buffer is full.
+  Status Readdir(uint64_t ino, uint64_t offset,
+                 const std::function<bool(const std::string&, uint64_t, uint32_t, uint64_t)>& emit);
+  // The record as the kernel would see it now, for xattrs and the control surface.
+  Result<ObjectRecord> Record(uint64_t ino);
+  bool Journaled(uint64_t ino);
+  // Persists times changed in memory only (atime, directory mtimes). Called at shutdown.
+  Status PersistLazy();
+
+  // --- open files (file_handle.cc)
+  // A new, unpublished file open for writing (flags as in open(2)).
+  Result<std::pair<EntryInfo, FileHandle*>> Create(uint64_t parent, std::string_view name,
+                                                   uint32_t mode, int flags, uint32_t uid,
+                                                   uint32_t gid);
+  Result<FileHandle*> Open(uint64_t ino, int flags);
+  Result<size_t> Read(FileHandle* fh, uint64_t offset, void* out, size_t len);
+  Status Write(FileHandle* fh, uint64_t offset, const void* data, size_t len);
+  // Publishes the handle's session if it changed: Finish() then one Apply. close(2) waits on it.
+  Status Flush(FileHandle* fh);
+  // Publishes if still dirty, then frees the handle.
+  Status Release(FileHandle* fh);
+  Status Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t len);
+
+  const LookupCounters& counters() const { return counters_; }
+  size_t inode_count();
+
+ private:
+  Inode* Find(uint64_t ino);                                          // mu_ held
+  Result<Inode*> FindDir(uint64_t ino);                               // mu_ held
+  Inode* Child(Inode* dir, std::string_view name);                    // mu_ held
+  void LinkChild(Inode* dir, const std::string& name, Inode* child);  // mu_ held
+  void UnlinkChild(Inode* dir, const std::string& name);              // mu_ held
+  void MaybeDrop(Inode* in);                   // mu_ held: frees an unlinked inode nobody refers to
+  EntryInfo MakeEntry(const Inode* in) const;  // mu_ held
+  Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,
+                          uint32_t uid, uint32_t gid);  // mu_ held
+  Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
+  Status ApplyInOrder(uint64_t ticket, const MetaBatch& batch);
+  uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
+  Status PublishLocked(FileHandle* fh);             // session->mu held
+  void TouchAtime(Inode* in);                       // mu_ held
+
+  ChunkStore* store_;
+  InvalidationSink* sink_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
+  uint64_t next_ticket_ = 0;
+  std::mutex apply_mu_;
+  std::condition_variable apply_cv_;
+  uint64_t serving_ticket_ = 0;
+  LookupCounters counters_;
+};
+
+Timespec64 Now();
+Status CheckName(std::string_view name);
+
+}  // namespace kvfs::fs

@@ -1,0 +1,47 @@
+#include "notifier.h"
+
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+
+namespace kvfs::fs {
+
+void Notifier::Start(fuse_session* se) {
+  se_ = se;
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Notifier::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Notifier::InvalidateInode(uint64_t ino, bool data) {
+  {
+    std::lock_guard lock(mu_);
+    if (!se_ || stop_) return;
+    queue_.emplace_back(ino, data);
+  }
+  cv_.notify_one();
+}
+
+void Notifier::Run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    auto [ino, data] = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    // Offset -1 drops only the attributes; 0 with length 0 drops every cached page as well.
+    int rc = fuse_lowlevel_notify_inval_inode(se_, ino, data ? 0 : -1, 0);
+    if (rc != 0 && rc != -ENOENT) spdlog::debug("inval_inode {} failed: {}", ino, rc);
+    lock.lock();
+  }
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,37 @@
+// Notifier: tells the kernel to drop cached pages and attributes of an inode, from its own
+// thread. Calling fuse_lowlevel_notify_inval_inode inside a request handler for the same inode
+// can deadlock (the kernel may hold the inode's lock while it waits for that handler).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "namespace.h"
+
+struct fuse_session;
+
+namespace kvfs::fs {
+
+class Notifier : public InvalidationSink {
+ public:
+  ~Notifier() override { Stop(); }
+  void Start(fuse_session* se);
+  // Drains nothing more: pending notifications are dropped (the mount is going away).
+  void Stop();
+  void InvalidateInode(uint64_t ino, bool data) override;
+
+ private:
+  void Run();
+
+  fuse_session* se_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, bool>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvfs::fs

@@ -1,0 +1,74 @@
+#include "session.h"
+
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+
+#include "mount_info.h"
+
+namespace kvfs::fs {
+
+Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
+                                                const std::vector<std::string>& fuse_options,
+                                                FsContext* ctx) {
+  std::vector<std::string> argv_s = {"kvfs", "-o", "fsname=kvfs,subtype=kvfs,default_permissions"};
+  for (const auto& o : fuse_options) {
+    argv_s.push_back("-o");
+    argv_s.push_back(o);
+  }
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  std::unique_ptr<Session> s(new Session);
+  s->mountpoint_ = mountpoint;
+  const fuse_lowlevel_ops& ops = KvfsOperations();
+  s->se_ = fuse_session_new(&args, &ops, sizeof ops, ctx);
+  if (!s->se_) return Status::Invalid("fuse_session_new failed (bad -o option?)");
+  if (fuse_set_signal_handlers(s->se_) != 0)
+    return Status::IoError("cannot install signal handlers");
+  s->handlers_ = true;
+  if (fuse_session_mount(s->se_, mountpoint.c_str()) != 0)
+    return Status::IoError("cannot mount on " + mountpoint + " (see the log for libfuse's reason)");
+  s->mounted_ = true;
+  return s;
+}
+
+Session::~Session() {
+  if (!se_) return;
+  if (mounted_) fuse_session_unmount(se_);
+  if (handlers_) fuse_remove_signal_handlers(se_);
+  fuse_session_destroy(se_);
+}
+
+void Session::TuneReadahead(unsigned kb) {
+  // The device number comes from mountinfo: a stat() of the mountpoint would be a FUSE request
+  // to ourselves before the loop runs.
+  auto mount = FindMount(ReadMountInfo(), mountpoint_);
+  if (!mount || mount->mount_point != mountpoint_ || mount->fstype.rfind("fuse", 0) != 0) {
+    spdlog::warn("readahead: mount {} not found in mountinfo; left at the default", mountpoint_);
+    return;
+  }
+  std::string path = "/sys/class/bdi/" + std::to_string(mount->major) + ":" +
+                     std::to_string(mount->minor) + "/read_ahead_kb";
+  std::ofstream out(path);
+  out << kb << "\n";
+  out.flush();
+  if (!out) {
+    spdlog::warn("readahead: cannot write {} (not root?); reads stay at the default size", path);
+    return;
+  }
+  spdlog::info("readahead: {} = {}", path, kb);
+}
+
+int Session::Loop(unsigned max_threads) {
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, 1);
+  fuse_loop_cfg_set_max_threads(cfg, max_threads);
+  fuse_loop_cfg_set_idle_threads(cfg, max_threads);
+  int rc = fuse_session_loop_mt(se_, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  return rc;
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,264 @@
+// Namespace semantics over MemoryStore: publish at close, version isolation, journaling of
+// every namespace change, readdir cookies, lookup counts.
+#include "namespace.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/fs.h>
+
+#include <set>
+
+#include "memory_store.h"
+
+namespace kvfs::fs {
+namespace {
+
+class NamespaceTest : public ::testing::Test {
+ protected:
+  NamespaceTest() : ns_(&store_, nullptr) { EXPECT_TRUE(ns_.Load().ok()); }
+
+  uint64_t CreateFile(uint64_t parent, const std::string& name, const std::string& data) {
+    auto r = ns_.Create(parent, name, 0644, O_WRONLY | O_CREAT, 0, 0);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    auto [entry, fh] = *r;
+    EXPECT_TRUE(ns_.Write(fh, 0, data.data(), data.size()).ok());
+    EXPECT_TRUE(ns_.Flush(fh).ok());
+    EXPECT_TRUE(ns_.Release(fh).ok());
+    ns_.Forget(entry.attr.st_ino, 1);  // as the kernel would, eventually
+    return entry.attr.st_ino;
+  }
+
+  std::string ReadAll(FileHandle* fh) {
+    std::string out(1 << 16, '\0');
+    auto n = ns_.Read(fh, 0, out.data(), out.size());
+    EXPECT_TRUE(n.ok());
+    out.resize(n.ok() ? *n : 0);
+    return out;
+  }
+
+  std::string ReadFile(uint64_t ino) {
+    auto fh = ns_.Open(ino, O_RDONLY);
+    EXPECT_TRUE(fh.ok());
+    std::string out = ReadAll(*fh);
+    EXPECT_TRUE(ns_.Release(*fh).ok());
+    return out;
+  }
+
+  const ObjectRecord* StoredRecord(uint64_t id) {
+    records_ = store_.Records();
+    for (const auto& r : records_)
+      if (r.id == id) return &r;
+    return nullptr;
+  }
+
+  MemoryStore store_;
+  Namespace ns_;
+  std::vector<ObjectRecord> records_;
+};
+
+TEST_F(NamespaceTest, NewFileIsPublishedAtFlushNotBefore) {
+  auto r = ns_.Create(kRootId, "a", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(r.ok());
+  auto [entry, fh] = *r;
+  ASSERT_TRUE(ns_.Write(fh, 0, "hello", 5).ok());
+  EXPECT_EQ(StoredRecord(entry.attr.st_ino), nullptr) << "journaled before its first publish";
+  // A reader opened now sees the (empty) unpublished file, not the writer's bytes.
+  auto reader = ns_.Open(entry.attr.st_ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(ReadAll(*reader), "");
+  ASSERT_TRUE(ns_.Flush(fh).ok());
+  const ObjectRecord* rec = StoredRecord(entry.attr.st_ino);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->size(), 5u);
+  EXPECT_EQ(rec->name, "a");
+  EXPECT_EQ(ReadAll(*reader), "") << "an open reader keeps its version";
+  EXPECT_EQ(ReadFile(entry.attr.st_ino), "hello");
+  EXPECT_TRUE(ns_.Release(*reader).ok());
+  EXPECT_TRUE(ns_.Release(fh).ok());
+}
+
+TEST_F(NamespaceTest, EmptyNewFileIsPublished) {
+  auto r = ns_.Create(kRootId, "empty", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(ns_.Release(r->second).ok());
+  ASSERT_NE(StoredRecord(r->first.attr.st_ino), nullptr);
+}
+
+TEST_F(NamespaceTest, OverwriteIsCopyOnWriteAndReadersKeepOldVersion) {
+  uint64_t ino = CreateFile(kRootId, "f", "version-one");
+  auto reader = ns_.Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  auto writer = ns_.Open(ino, O_WRONLY);  // no O_TRUNC: starts from the published bytes
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(ns_.Write(*writer, 0, "VERSION", 7).ok());
+  EXPECT_EQ(ReadFile(ino), "version-one") << "unpublished writes leaked";
+  ASSERT_TRUE(ns_.Flush(*writer).ok());
+  EXPECT_EQ(ReadFile(ino), "VERSION-one");
+  EXPECT_EQ(ReadAll(*reader), "version-one");
+  EXPECT_TRUE(ns_.Release(*reader).ok());
+  EXPECT_TRUE(ns_.Release(*writer).ok());
+}
+
+TEST_F(NamespaceTest, TruncatingOpenStartsFromNothing) {
+  uint64_t ino = CreateFile(kRootId, "f", "long old content");
+  auto writer = ns_.Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ(ReadFile(ino), "long old content");
+  ASSERT_TRUE(ns_.Write(*writer, 0, "new", 3).ok());
+  ASSERT_TRUE(ns_.Release(*writer).ok());
+  EXPECT_EQ(ReadFile(ino), "new");
+  EXPECT_EQ(StoredRecord(ino)->size(), 3u);
+}
+
+TEST_F(NamespaceTest, UnlinkedOpenFileStaysUsableAndPublishesNothing) {
+  uint64_t ino = CreateFile(kRootId, "f", "abc");
+  auto writer = ns_.Open(ino, O_RDWR);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(ns_.Unlink(kRootId, "f").ok());
+  EXPECT_EQ(StoredRecord(ino), nullptr);
+  ASSERT_TRUE(ns_.Write(*writer, 3, "def", 3).ok());
+  EXPECT_EQ(ReadAll(*writer), "abcdef");
+  ASSERT_TRUE(ns_.Flush(*writer).ok());
+  EXPECT_EQ(StoredRecord(ino), nullptr) << "an unlinked file was published";
+  EXPECT_FALSE(ns_.Lookup(kRootId, "f").ok());
+  ASSERT_TRUE(ns_.Release(*writer).ok());
+  EXPECT_FALSE(ns_.GetAttr(ino).ok()) << "inode outlived its last reference";
+}
+
+TEST_F(NamespaceTest, LookupCountKeepsUnlinkedInodeUntilForget) {
+  uint64_t ino = CreateFile(kRootId, "f", "x");
+  ASSERT_TRUE(ns_.Lookup(kRootId, "f").ok());
+  ASSERT_TRUE(ns_.Lookup(kRootId, "f").ok());
+  ASSERT_TRUE(ns_.Unlink(kRootId, "f").ok());
+  ns_.Forget(ino, 1);
+  EXPECT_TRUE(ns_.GetAttr(ino).ok());
+  ns_.Forget(ino, 1);
+  EXPECT_FALSE(ns_.GetAttr(ino).ok());
+}
+
+TEST_F(NamespaceTest, RenameOverExistingIsOneBatch) {
+  uint64_t src = CreateFile(kRootId, "x.tmp", "new");
+  uint64_t dst = CreateFile(kRootId, "x", "old");
+  ASSERT_TRUE(ns_.Rename(kRootId, "x.tmp", kRootId, "x", 0).ok());
+  EXPECT_EQ(StoredRecord(dst), nullptr);
+  ASSERT_NE(StoredRecord(src), nullptr);
+  EXPECT_EQ(StoredRecord(src)->name, "x");
+  auto e = ns_.Lookup(kRootId, "x");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.st_ino, src);
+  EXPECT_FALSE(ns_.Lookup(kRootId, "x.tmp").ok());
+}
+
+TEST_F(NamespaceTest, RenameRules) {
+  auto a = ns_.Mkdir(kRootId, "a", 0755, 0, 0);
+  ASSERT_TRUE(a.ok());
+  uint64_t a_ino = a->attr.st_ino;
+  auto b = ns_.Mkdir(a_ino, "b", 0755, 0, 0);
+  ASSERT_TRUE(b.ok());
+  CreateFile(a_ino, "f", "1");
+  EXPECT_EQ(ns_.Rename(kRootId, "a", b->attr.st_ino, "a", 0).err(), EINVAL);
+  EXPECT_EQ(ns_.Rename(kRootId, "a", a_ino, "a2", 0).err(), EINVAL);
+  ASSERT_TRUE(ns_.Mkdir(kRootId, "empty", 0755, 0, 0).ok());
+  ASSERT_TRUE(ns_.Mkdir(kRootId, "full", 0755, 0, 0).ok());
+  CreateFile(ns_.Lookup(kRootId, "full")->attr.st_ino, "g", "2");
+  EXPECT_EQ(ns_.Rename(kRootId, "a", kRootId, "full", 0).err(), ENOTEMPTY);
+  EXPECT_EQ(ns_.Rename(kRootId, "a", kRootId, "empty", RENAME_NOREPLACE).err(), EEXIST);
+  EXPECT_EQ(ns_.Rmdir(kRootId, "a").err(), ENOTEMPTY);
+  ASSERT_TRUE(ns_.Rename(kRootId, "a", kRootId, "empty", 0).ok());
+  EXPECT_EQ(ns_.Lookup(kRootId, "empty")->attr.st_ino, a_ino);
+  EXPECT_EQ(StoredRecord(a_ino)->name, "empty");
+  // Exchange swaps two names in one step.
+  uint64_t p = CreateFile(kRootId, "p", "P");
+  uint64_t q = CreateFile(kRootId, "q", "Q");
+  ASSERT_TRUE(ns_.Rename(kRootId, "p", kRootId, "q", RENAME_EXCHANGE).ok());
+  EXPECT_EQ(ns_.Lookup(kRootId, "p")->attr.st_ino, q);
+  EXPECT_EQ(ns_.Lookup(kRootId, "q")->attr.st_ino, p);
+  EXPECT_EQ(StoredRecord(p)->name, "q");
+  EXPECT_EQ(ns_.Rename(kRootId, "p", kRootId, std::string(256, 'n'), 0).err(), ENAMETOOLONG);
+}
+
+TEST_F(NamespaceTest, NamesLongerThan255AreRefused) {
+  std::string longname(256, 'x');
+  EXPECT_EQ(ns_.Create(kRootId, longname, 0644, O_WRONLY, 0, 0).status().err(), ENAMETOOLONG);
+  EXPECT_EQ(ns_.Mkdir(kRootId, longname, 0755, 0, 0).status().err(), ENAMETOOLONG);
+  EXPECT_EQ(ns_.Lookup(kRootId, longname).status().err(), ENAMETOOLONG);
+  EXPECT_TRUE(ns_.Mkdir(kRootId, std::string(255, 'y'), 0755, 0, 0).ok());
+}
+
+TEST_F(NamespaceTest, ReaddirCookiesSurviveConcurrentChanges) {
+  constexpr int kFiles = 1000;
+  for (int i = 0; i < kFiles; ++i)
+    ASSERT_TRUE(ns_.Mknod(kRootId, "f" + std::to_string(i), 0644, 0, 0).ok());
+  std::multiset<std::string> seen;
+  uint64_t offset = 0;
+  int added = 0;
+  while (true) {
+    int batch = 0;
+    ASSERT_TRUE(ns_.Readdir(kRootId, offset,
+                            [&](const std::string& name, uint64_t, uint32_t, uint64_t next) {
+                              if (batch == 7) return false;  // a small reply buffer
+                              ++batch;
+                              seen.insert(name);
+                              offset = next;
+                              return true;
+                            })
+                    .ok());
+    if (batch == 0) break;
+    // Entries come and go between replies: new names, and names already returned.
+    if (added < 100) {
+      ASSERT_TRUE(ns_.Mknod(kRootId, "new" + std::to_string(added++), 0644, 0, 0).ok());
+      // Removing a name already returned must not disturb the cookies of the rest.
+      ASSERT_TRUE(ns_.Unlink(kRootId, "f" + std::to_string(added - 1)).ok());
+    }
+  }
+  for (int i = 0; i < kFiles; ++i) EXPECT_EQ(seen.count("f" + std::to_string(i)), 1u) << "f" << i;
+  EXPECT_EQ(seen.count("."), 1u);
+}
+
+TEST_F(NamespaceTest, LoadRebuildsTheTreeFromRecords) {
+  auto d = ns_.Mkdir(kRootId, "dir", 0750, 0, 0);
+  ASSERT_TRUE(d.ok());
+  CreateFile(d->attr.st_ino, "file", "content");
+  ASSERT_TRUE(ns_.Symlink(kRootId, "link", "dir/file", 0, 0).ok());
+  Namespace again(&store_, nullptr);
+  ASSERT_TRUE(again.Load().ok());
+  auto dir = again.Lookup(kRootId, "dir");
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(dir->attr.st_mode & 07777, 0750u);
+  auto file = again.Lookup(dir->attr.st_ino, "file");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->attr.st_size, 7);
+  EXPECT_TRUE(file->stable);
+  auto link = again.Lookup(kRootId, "link");
+  ASSERT_TRUE(link.ok());
+  EXPECT_EQ(*again.Readlink(link->attr.st_ino), "dir/file");
+}
+
+TEST_F(NamespaceTest, TruncateOfClosedFilePublishesAtOnce) {
+  uint64_t ino = CreateFile(kRootId, "f", "0123456789");
+  SetAttrRequest req;
+  req.size = 4;
+  ASSERT_TRUE(ns_.SetAttr(ino, req, nullptr).ok());
+  EXPECT_EQ(StoredRecord(ino)->size(), 4u);
+  EXPECT_EQ(ReadFile(ino), "0123");
+}
+
+TEST_F(NamespaceTest, SetAttrOfPublishedObjectIsJournaled) {
+  uint64_t ino = CreateFile(kRootId, "f", "x");
+  SetAttrRequest req;
+  req.mode = 0600;
+  req.mtime = SetAttrRequest::Time::kSet;
+  req.mtime_value = {1000, 5};
+  ASSERT_TRUE(ns_.SetAttr(ino, req, nullptr).ok());
+  EXPECT_EQ(StoredRecord(ino)->mode, 0600u);
+  EXPECT_EQ(StoredRecord(ino)->mtime.sec, 1000);
+}
+
+TEST_F(NamespaceTest, ControlNameIsReservedInRoot) {
+  EXPECT_EQ(ns_.Mkdir(kRootId, ".kvfs", 0755, 0, 0).status().err(), EEXIST);
+  auto d = ns_.Mkdir(kRootId, "sub", 0755, 0, 0);
+  EXPECT_TRUE(ns_.Mkdir(d->attr.st_ino, ".kvfs", 0755, 0, 0).ok());
+}
+
+}  // namespace
+}  // namespace kvfs::fs
