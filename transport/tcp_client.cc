@@ -23,7 +23,9 @@ bool StillOpen(int fd) {
 }  // namespace
 
 TcpPeerClient::TcpPeerClient(PeerAddress peer, ClientOptions options)
-    : peer_(std::move(peer)), options_(std::move(options)) {}
+    : peer_(std::move(peer)),
+      options_(std::move(options)),
+      max_connections_(std::max<size_t>(1, options_.connections)) {}
 
 TcpPeerClient::~TcpPeerClient() = default;
 
@@ -89,12 +91,12 @@ Result<std::unique_ptr<TcpPeerClient::Connection>> TcpPeerClient::Acquire(Deadli
         if (StillOpen(conn->fd.get())) return conn;
         --open_;  // the peer closed it while idle (restart, error): open a fresh one
       }
-      if (open_ < std::max<size_t>(1, options_.connections)) {
+      if (open_ < max_connections_) {
         ++open_;
         break;
       }
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
-          open_ >= options_.connections) {
+          open_ >= max_connections_) {
         return Status::Error(ETIMEDOUT, "no free connection before the deadline");
       }
     }

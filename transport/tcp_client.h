@@ -54,6 +54,7 @@ class TcpPeerClient : public PeerClient {
 
   const PeerAddress peer_;
   const ClientOptions options_;
+  const size_t max_connections_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Connection>> idle_;

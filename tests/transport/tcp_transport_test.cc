@@ -396,6 +396,24 @@ TEST_F(TcpTransportTest, StopClosesIdleConnectionsPromptly) {
   EXPECT_FALSE(st.ok());
 }
 
+TEST_F(TcpTransportTest, ClientSurvivesServerRestartOnSamePort) {
+  StartServer();
+  auto c = Client();
+  ASSERT_TRUE(c->Ping().ok());
+  const uint16_t port = server_->port();
+  server_.reset();  // the node goes away; the client's pooled connection is now dead
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = port;  // and comes back at the same address
+  opts.secret = TestSecret();
+  auto s = StartPeerServer(opts, &handler_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  server_ = std::move(s).value();
+  // The dead pooled socket is noticed before use and replaced: the first call succeeds.
+  EXPECT_TRUE(c->Ping().ok());
+  EXPECT_EQ(static_cast<TcpPeerClient*>(c.get())->open_connections(), 1u);
+}
+
 TEST(TcpServerOptions, RefusesToStartWithoutSecret) {
   MemoryHandler handler;
   ServerOptions opts;

@@ -1,6 +1,6 @@
 // Ad-hoc throughput of GET over loopback TCP: one server, one client, N GETs of SIZE bytes each
 // from one connection (or THREADS connections in parallel). Not a test; prints MiB/s.
-//   kvfs_transport_bench [size_mib=32] [count=64] [threads=1]
+//   kvfs_transport_bench [size_mib=32] [count=64] [threads=1] [sockbuf_bytes=8M; 0 = autotune]
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -47,11 +47,13 @@ int main(int argc, char** argv) {
   const size_t size = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 32) << 20;
   const int count = argc > 2 ? std::atoi(argv[2]) : 64;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  const int sockbuf = argc > 4 ? std::atoi(argv[4]) : 8 << 20;
   auto secret = kvfs::SharedSecret::FromBytes("bench-secret-0123456789abcdef").value();
   StaticHandler handler(size);
   kvfs::ServerOptions sopts;
   sopts.host = "127.0.0.1";
   sopts.secret = secret;
+  sopts.socket_buffer_bytes = sockbuf;
   auto server = kvfs::StartPeerServer(sopts, &handler);
   if (!server.ok()) {
     std::fprintf(stderr, "server: %s\n", server.status().ToString().c_str());
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   kvfs::ClientOptions copts;
   copts.secret = secret;
   copts.connections = static_cast<size_t>(threads);
+  copts.socket_buffer_bytes = sockbuf;
   copts.request_timeout = std::chrono::seconds(30);
   auto client = kvfs::MakePeerClient({"127.0.0.1", (*server)->port()}, copts).value();
   std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
@@ -79,8 +82,9 @@ int main(int argc, char** argv) {
   for (auto& th : ts) th.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mib = static_cast<double>(size) * count / (1 << 20);
-  std::printf("GET %zu MiB x %d, %d connection(s): %.0f MiB/s (%.2f Gbit/s), %d errors\n",
-              size >> 20, count, threads, mib / secs, mib * 8 * 1.048576 / 1000 / secs,
-              errors.load());
+  std::printf(
+      "GET %zu MiB x %d, %d connection(s), sockbuf %d: %.0f MiB/s (%.2f Gbit/s), %d errors\n",
+      size >> 20, count, threads, sockbuf, mib / secs, mib * 8 * 1.048576 / 1000 / secs,
+      errors.load());
   return errors.load() == 0 ? 0 : 1;
 }
