@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -220,11 +221,23 @@ TEST_F(TcpTransportTest, ConcurrentRequestsOverSeveralConnections) {
 }
 
 TEST(TcpTimeouts, SilentServerCostsOneTimeout) {
-  // A socket that listens but never accepts or answers: the kernel completes the TCP connect,
-  // then nothing. The client must give up at its deadline.
+  // A server that accepts connections and then never says a word.
   auto listener = TcpListen("127.0.0.1", 0, 16);
   ASSERT_TRUE(listener.ok());
   const uint16_t port = LocalPort(listener->get()).value();
+  std::atomic<bool> stop{false};
+  std::atomic<int> accepted{0};
+  std::thread acceptor([&] {
+    std::vector<Fd> held;
+    while (!stop) {
+      if (!WaitFd(listener->get(), POLLIN, Clock::now() + 50ms).ok()) continue;
+      int fd = ::accept(listener->get(), nullptr, nullptr);
+      if (fd >= 0) {
+        held.emplace_back(fd);
+        ++accepted;
+      }
+    }
+  });
   ClientOptions opts;
   opts.secret = TestSecret();
   opts.request_timeout = 300ms;
@@ -238,6 +251,9 @@ TEST(TcpTimeouts, SilentServerCostsOneTimeout) {
   const auto t1 = Clock::now();
   EXPECT_EQ(c->Ping(CallOptions{100ms}).err(), ETIMEDOUT);
   EXPECT_LT(Clock::now() - t1, 1s);
+  stop = true;
+  acceptor.join();
+  EXPECT_GE(accepted.load(), 1);
 }
 
 TEST_F(TcpTransportTest, StalledHandlerAfterAuthTimesOut) {
