@@ -9,6 +9,7 @@ namespace kvfs {
 namespace {
 
 constexpr uint64_t kMaxSegments = 1ull << 24;  // 16 TiB at 1 MiB segments
+constexpr uint32_t kWindow = 4;                // streaming segment writes in flight per writer
 
 }  // namespace
 
@@ -32,6 +33,7 @@ EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutR
 }
 
 EngineChunkWriter::~EngineChunkWriter() {
+  Drain();
   for (Slot& s : slots_) {
     if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
   }
@@ -60,6 +62,7 @@ void EngineChunkWriter::GiveBuffer(Buffer buf) {
 }
 
 Status EngineChunkWriter::Load(size_t index) {
+  if (slots_[index].kind == Kind::kInFlight) Drain();
   Slot& s = slots_[index];
   if (s.kind == Kind::kDirty) return Status::Ok();
   Buffer buf = TakeBuffer();
@@ -80,7 +83,28 @@ Status EngineChunkWriter::Load(size_t index) {
   return Status::Ok();
 }
 
+void EngineChunkWriter::Drain() {
+  if (window_ && window_->in_flight() > 0) {
+    window_->Reap(window_->in_flight(), [this](uint64_t i, Status st) { OnWritten(i, st); });
+  }
+}
+
+void EngineChunkWriter::OnWritten(uint64_t index, Status st) {
+  Slot& s = slots_[index];
+  if (st.ok()) {
+    ctx_->MarkWritten(s.seg.device, (s.seg.stored_len + 4095ull) / 4096 * 4096);
+    s.kind = Kind::kOwned;
+    GiveBuffer(std::move(s.buf));
+  } else {
+    ctx_->space().Release(s.seg);
+    s.kind = Kind::kDirty;  // the bytes are still in s.buf: Finish seals them again
+    s.filled = seg_size_;
+  }
+  if (s.enc) scratch_.push_back(std::move(s.enc));
+}
+
 void EngineChunkWriter::Resize(uint64_t new_size) {
+  Drain();
   const size_t count = static_cast<size_t>((new_size + seg_size_ - 1) / seg_size_);
   for (size_t i = count; i < slots_.size(); ++i) {
     if (slots_[i].kind == Kind::kOwned) ctx_->space().Release(slots_[i].seg);
@@ -111,11 +135,22 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
     // Full and passed by this write: a sequential writer will not come back to it.
     if (s.filled >= seg_size_ && end >= seg_start + seg_size_) complete.push_back(j);
   }
-  return Seal(complete);
+  return Seal(complete, true);
 }
 
-Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes) {
+Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
   if (indexes.empty()) return Status::Ok();
+  if (async && !window_ && !window_failed_ && !ctx_->closed()) {
+    RingConfig config = ctx_->ring_config();
+    config.depth = kWindow;
+    auto ring = IoRing::CreateOwned(config);
+    if (ring.ok()) {
+      window_ = std::move(ring).value();
+    } else {
+      window_failed_ = true;  // fall back to waiting for each seal
+    }
+  }
+  if (!window_) async = false;
   const Compression mode = ctx_->options().compression;
   const size_t scratch_bytes = (SegmentCodec::ScratchSize(seg_size_) + 4095) / 4096 * 4096;
   std::vector<SegmentWrite> writes;
@@ -126,10 +161,15 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes) {
     const uint32_t raw_len = RawLen(indexes[k]);
     uint8_t* scratch = nullptr;
     if (mode != Compression::kOff) {
-      if (scratch_.size() <= k) {
-        scratch_.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(4096, scratch_bytes)));
+      if (!s.enc) {
+        if (!scratch_.empty()) {
+          s.enc = std::move(scratch_.back());
+          scratch_.pop_back();
+        } else {
+          s.enc.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, scratch_bytes)));
+        }
       }
-      scratch = scratch_[k].get();
+      scratch = s.enc.get();
     }
     EncodedSegment enc =
         SegmentCodec::Encode(mode, s.buf.get(), raw_len, scratch, scratch ? scratch_bytes : 0);
@@ -156,21 +196,59 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes) {
     }
     segs.push_back(seg);
   }
-  if (st.ok()) st = ctx_->WriteSegments(writes);
   if (!st.ok()) {
     for (const Segment& seg : segs) ctx_->space().Release(seg);
+    for (size_t i : indexes) {
+      if (slots_[i].enc) scratch_.push_back(std::move(slots_[i].enc));
+    }
     return st;
+  }
+  if (async) {
+    size_t w = 0;
+    for (size_t k = 0; k < indexes.size(); ++k) {
+      Slot& s = slots_[indexes[k]];
+      s.seg = segs[k];
+      if (s.seg.stored_len == 0) {
+        s.kind = Kind::kOwned;
+        GiveBuffer(std::move(s.buf));
+        continue;
+      }
+      while (window_->in_flight() >= kWindow) {
+        window_->Reap(1, [this](uint64_t i, Status r) { OnWritten(i, r); });
+      }
+      const SegmentWrite& sw = writes[w++];
+      Status sub = window_->Submit(
+          {sw.device, true, sw.offset, sw.len, const_cast<uint8_t*>(sw.data)}, indexes[k]);
+      if (!sub.ok()) {
+        ctx_->space().Release(s.seg);  // stays dirty: sealed again by Finish
+        for (size_t j = k + 1; j < indexes.size(); ++j) ctx_->space().Release(segs[j]);
+        for (size_t j = k; j < indexes.size(); ++j) {
+          if (slots_[indexes[j]].enc) scratch_.push_back(std::move(slots_[indexes[j]].enc));
+        }
+        return sub;
+      }
+      s.kind = Kind::kInFlight;
+    }
+    window_->Reap(0, [this](uint64_t i, Status r) { OnWritten(i, r); });
+    return Status::Ok();
+  }
+  st = ctx_->WriteSegments(writes);
+  if (!st.ok()) {
+    for (const Segment& seg : segs) ctx_->space().Release(seg);
   }
   for (size_t k = 0; k < indexes.size(); ++k) {
     Slot& s = slots_[indexes[k]];
+    if (s.enc) scratch_.push_back(std::move(s.enc));
+    if (!st.ok()) continue;
     s.kind = Kind::kOwned;
     s.seg = segs[k];
     GiveBuffer(std::move(s.buf));
   }
-  return Status::Ok();
+  return st;
 }
 
 Result<size_t> EngineChunkWriter::Read(uint64_t offset, void* out, size_t len) {
+  Drain();
   if (offset >= size_ || len == 0) return size_t{0};
   const uint64_t end = std::min<uint64_t>(size_, offset + len);
   auto* dst = static_cast<uint8_t*>(out);
@@ -197,6 +275,7 @@ Result<size_t> EngineChunkWriter::Read(uint64_t offset, void* out, size_t len) {
 }
 
 Status EngineChunkWriter::Truncate(uint64_t size) {
+  Drain();
   if (size == size_) return Status::Ok();
   if (size / seg_size_ >= kMaxSegments) return Status::Error(EFBIG, "truncate past max size");
   dirty_ = true;
@@ -222,6 +301,7 @@ Status EngineChunkWriter::Truncate(uint64_t size) {
 Result<LayoutRef> EngineChunkWriter::Finish() {
   // Every segment must hold exactly its share of the file: stored segments that the file grew
   // or shrank around are rewritten, untouched holes become extent-less zero segments.
+  Drain();
   std::vector<size_t> to_seal;
   for (size_t j = 0; j < slots_.size(); ++j) {
     Slot& s = slots_[j];
@@ -230,7 +310,7 @@ Result<LayoutRef> EngineChunkWriter::Finish() {
     }
     if (s.kind == Kind::kDirty) to_seal.push_back(j);
   }
-  KVFS_RETURN_IF_ERROR(Seal(to_seal));
+  KVFS_RETURN_IF_ERROR(Seal(to_seal, false));
 
   auto layout = std::make_unique<Layout>();
   layout->size = size_;

@@ -35,15 +35,17 @@ class EngineChunkWriter : public ChunkWriter {
   using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
   enum class Kind : uint8_t {
-    kHole,   // never written: zeros, no extent
-    kBase,   // a segment of base_, shared, not ours to free
-    kOwned,  // sealed by this writer, unpublished: its extent is ours
-    kDirty,  // in memory
+    kHole,      // never written: zeros, no extent
+    kBase,      // a segment of base_, shared, not ours to free
+    kOwned,     // sealed by this writer, unpublished: its extent is ours
+    kDirty,     // in memory
+    kInFlight,  // sealed, its device write submitted on window_ and not yet reaped
   };
   struct Slot {
     Kind kind = Kind::kHole;
     Segment seg;
     Buffer buf;
+    Buffer enc;           // lz4 output of an in-flight write
     uint32_t filled = 0;  // bytes from the segment start written contiguously (dirty only)
   };
 
@@ -51,7 +53,12 @@ class EngineChunkWriter : public ChunkWriter {
   Buffer TakeBuffer();
   void GiveBuffer(Buffer buf);
   Status Load(size_t index);  // makes slot `index` dirty
-  Status Seal(const std::vector<size_t>& indexes);
+  // Seals segments. `async`: their writes go out on window_ and complete later (streaming);
+  // otherwise Seal waits for them.
+  Status Seal(const std::vector<size_t>& indexes, bool async);
+  void OnWritten(uint64_t index, Status st);
+  // Waits for every in-flight write. A failed one leaves its segment dirty (sealed again later).
+  void Drain();
   void Resize(uint64_t new_size);
 
   std::shared_ptr<EngineContext> ctx_;
@@ -63,7 +70,11 @@ class EngineChunkWriter : public ChunkWriter {
   bool dirty_ = false;
   std::vector<Slot> slots_;
   std::vector<Buffer> spare_;    // reusable segment buffers
-  std::vector<Buffer> scratch_;  // lz4 output, one per segment of a seal batch
+  std::vector<Buffer> scratch_;  // lz4 output buffers, reusable
+  // The streaming writes' own ring: FUSE calls a file from several threads, one at a time, so
+  // in-flight writes cannot live on a per-thread ring.
+  std::unique_ptr<IoRing> window_;
+  bool window_failed_ = false;
 };
 
 }  // namespace kvfs

@@ -174,6 +174,14 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(const EngineOptions& op
     sb.count = count;
     sb.segment_size = options.segment_size;
     for (uint32_t i = 0; i < count; ++i) {
+      // Never clobber a device of another engine just because this data directory is new.
+      auto existing = Device::OpenExisting(specs[i].path);
+      if (existing.ok()) {
+        return Status::Error(EEXIST, specs[i].path + " already holds a kvfs engine's data, but " +
+                                         options.data_dir +
+                                         " has no journal for it; remove "
+                                         "the device file (or wipe its first 4 KiB) to start over");
+      }
       uint64_t size = specs[i].size;
       if (size == 0)
         size = options.capacity / count / (1ull << 20) * (1ull << 20) + kDeviceDataStart;

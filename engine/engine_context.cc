@@ -38,6 +38,11 @@ void EngineContext::Close() {
   if (!closed_.exchange(true)) IoRing::Retire(ring_config_.generation);
 }
 
+void EngineContext::MarkWritten(uint16_t device, uint64_t bytes) {
+  dirty_[device] = true;
+  counters_.bytes_written.fetch_add(bytes);
+}
+
 std::vector<uint16_t> EngineContext::TakeDirtyDevices() {
   std::vector<uint16_t> out;
   for (size_t i = 0; i < devices_.size(); ++i) {

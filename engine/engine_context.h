@@ -62,6 +62,12 @@ class EngineContext {
   // Devices that received data since the last call (for the committer's fdatasync).
   std::vector<uint16_t> TakeDirtyDevices();
 
+  // For writers that submit on their own ring: the config, and the bookkeeping of a completed
+  // device write (the device needs a sync before the next commit).
+  const RingConfig& ring_config() const { return ring_config_; }
+  void MarkWritten(uint16_t device, uint64_t bytes);
+  bool closed() const { return closed_; }
+
   // Stops all further I/O (the engine is closing); rings of this generation are retired.
   void Close();
 

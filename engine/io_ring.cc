@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -59,29 +60,36 @@ Result<IoRing*> IoRing::ForThread(const RingConfig& config) {
     r = IsRetired(r->first) ? rings.erase(r) : std::next(r);
   }
   std::unique_ptr<IoRing> ring(new IoRing());
-  KVFS_RETURN_IF_ERROR(ring->Init(config));
+  KVFS_RETURN_IF_ERROR(ring->Init(config, true));
   IoRing* raw = ring.get();
   rings.emplace(config.generation, std::move(ring));
   return raw;
 }
 
-Status IoRing::Init(const RingConfig& config) {
+Result<std::unique_ptr<IoRing>> IoRing::CreateOwned(const RingConfig& config) {
+  std::unique_ptr<IoRing> ring(new IoRing());
+  KVFS_RETURN_IF_ERROR(ring->Init(config, false));
+  return ring;
+}
+
+Status IoRing::Init(const RingConfig& config, bool per_thread) {
   config_ = config;
   impl_ = std::make_unique<Impl>();
   io_uring_params params{};
-  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  if (per_thread) params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   int rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
-  if (rc == -EINVAL) {  // kernel older than 6.1: plain ring
+  if (rc == -EINVAL && per_thread) {  // kernel older than 6.1: plain ring
     params = {};
     rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
   } else if (rc == 0) {
-    defer_taskrun_ = true;
+    defer_taskrun_ = per_thread;
   }
   if (rc < 0) return Status::Error(-rc, std::string("io_uring setup: ") + std::strerror(-rc));
   impl_->ring_ok = true;
   rc = io_uring_register_files(&impl_->ring, config.fds.data(),
                                static_cast<unsigned>(config.fds.size()));
   if (rc < 0) return Status::Error(-rc, std::string("io_uring files: ") + std::strerror(-rc));
+  if (!per_thread) return Status::Ok();
   std::vector<iovec> iov;
   for (uint32_t i = 0; i < config.depth; ++i) {
     auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, config.buffer_bytes));
@@ -203,6 +211,59 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&, 
     free_slots.push_back(s);
   }
   return first_error;
+}
+
+Status IoRing::Submit(const RingOp& op_in, uint64_t token) {
+  RingOp op = op_in;
+  if (op.data == nullptr || op.device >= config_.fds.size()) {
+    return Status::Invalid("bad device I/O request");
+  }
+  if (config_.faults != nullptr) {
+    IoRequest req{op.device, op.write, op.offset, op.data, op.len};
+    KVFS_RETURN_IF_ERROR(config_.faults->BeforeIo(req));
+    op.len = req.len;
+  }
+  io_uring* ring = &impl_->ring;
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  while (sqe == nullptr) {  // the ring is full: make room
+    Reap(1, [&](uint64_t t, Status st) { reaped_.push_back({t, std::move(st)}); });
+    sqe = io_uring_get_sqe(ring);
+  }
+  if (op.write) {
+    io_uring_prep_write(sqe, op.device, op.data, op.len, op.offset);
+  } else {
+    io_uring_prep_read(sqe, op.device, op.data, op.len, op.offset);
+  }
+  sqe->flags |= IOSQE_FIXED_FILE;
+  io_uring_sqe_set_data64(sqe, token);
+  int rc = io_uring_submit(ring);
+  if (rc < 0) return Status::IoError(std::string("io_uring submit: ") + std::strerror(-rc));
+  async_ops_.push_back({token, op});
+  return Status::Ok();
+}
+
+void IoRing::Reap(size_t min_complete, const std::function<void(uint64_t, Status)>& done) {
+  for (auto& [token, st] : reaped_) done(token, std::move(st));
+  min_complete = reaped_.size() >= min_complete ? 0 : min_complete - reaped_.size();
+  reaped_.clear();
+  io_uring* ring = &impl_->ring;
+  size_t got = 0;
+  while (!async_ops_.empty()) {
+    io_uring_cqe* cqe = nullptr;
+    int rc = got < min_complete ? io_uring_wait_cqe(ring, &cqe) : io_uring_peek_cqe(ring, &cqe);
+    if (rc == -EINTR) continue;
+    if (rc < 0 || cqe == nullptr) break;
+    const uint64_t token = io_uring_cqe_get_data64(cqe);
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    auto it = std::find_if(async_ops_.begin(), async_ops_.end(),
+                           [&](const auto& p) { return p.first == token; });
+    if (it == async_ops_.end()) continue;
+    RingOp op = it->second;
+    async_ops_.erase(it);
+    ++got;
+    done(token, Finish(op, op.data, res));
+  }
 }
 
 }  // namespace kvfs

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "io_fault_injector.h"
@@ -51,17 +52,28 @@ class IoRing {
   Status Pipeline(size_t count, const std::function<void(size_t, RingOp&, uint8_t*)>& prepare,
                   const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete);
 
+  // A ring owned by one object rather than one thread (a writer that FUSE calls from several
+  // threads, one at a time): no SINGLE_ISSUER, no buffer pool. Used with Submit/Reap.
+  static Result<std::unique_ptr<IoRing>> CreateOwned(const RingConfig& config);
+  // Submits one op (op.data required) without waiting; `token` comes back from Reap.
+  Status Submit(const RingOp& op, uint64_t token);
+  // Reaps completions, waiting until at least `min_complete` have come (0: only those ready).
+  void Reap(size_t min_complete, const std::function<void(uint64_t, Status)>& done);
+  size_t in_flight() const { return async_ops_.size(); }
+
   bool uses_defer_taskrun() const { return defer_taskrun_; }
 
  private:
   IoRing() = default;
-  Status Init(const RingConfig& config);
+  Status Init(const RingConfig& config, bool per_thread);
   Status Finish(const RingOp& op, uint8_t* buf, int res);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   RingConfig config_;
   bool defer_taskrun_ = false;
+  std::vector<std::pair<uint64_t, RingOp>> async_ops_;  // Submit()ted, not yet reaped
+  std::vector<std::pair<uint64_t, Status>> reaped_;     // reaped by Submit, not yet reported
 };
 
 }  // namespace kvfs

@@ -597,3 +597,42 @@ TEST(LocalEngineTest, LayoutOutlivingEngineIsSafe) {
 
 }  // namespace
 }  // namespace kvfs
+
+namespace kvfs {
+namespace {
+
+TEST(LocalEngineTest, RewriteOfAStreamedSegmentReadsItBackAndFreesItsExtent) {
+  TempDir dir;
+  auto e = OpenOk(Opts(dir.path()));
+  auto w = std::move(e->NewWriter(nullptr)).value();
+  auto data = Pattern(5 * kMiB, 8);
+  ASSERT_TRUE(w->Write(0, data.data(), data.size()).ok());  // five segments sealed, in flight
+  EXPECT_GE(e->Stats().used_bytes, 5 * kMiB);
+  const char patch[] = "rewritten";
+  ASSERT_TRUE(w->Write(kMiB + 10, patch, sizeof patch).ok());
+  std::memcpy(data.data() + kMiB + 10, patch, sizeof patch);
+  EXPECT_EQ(e->Stats().used_bytes, 4 * kMiB);  // segment 1's unpublished extent was freed
+  LayoutRef l = *w->Finish();
+  EXPECT_EQ(e->Stats().used_bytes, 5 * kMiB);
+  EXPECT_EQ(ReadAll(*e, l), data);
+}
+
+}  // namespace
+}  // namespace kvfs
+
+namespace kvfs {
+namespace {
+
+TEST(LocalEngineTest, NewDataDirRefusesADeviceOfAnotherEngine) {
+  TempDir dir, dir2;
+  EngineOptions o = Opts(dir.path(), 0);
+  o.devices = {{dir.path() + "/a.dev", 8 * kMiB}};
+  { ASSERT_TRUE(OpenOk(o)); }
+  o.data_dir = dir2.path();  // same device, a data directory without its journal
+  auto r = LocalEngine::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().err(), EEXIST);
+}
+
+}  // namespace
+}  // namespace kvfs
