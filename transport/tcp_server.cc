@@ -253,8 +253,8 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     SendError(conn, frame.header.request_id, st);
     return !fatal;
   }
-  st = SendFrame(conn.fd.get(), answer.type, wire::kFlagResponse, frame.header.request_id,
-                 answer.meta, answer.data, Clock::now() + options_.io_timeout);
+  st = SendFrame(conn.fd.get(), answer.type, answer.flags, frame.header.request_id, answer.meta,
+                 answer.data, Clock::now() + options_.io_timeout);
   if (!st.ok()) {
     spdlog::warn("peer {}: cannot send answer, closing: {}", conn.peer, st.ToString());
     return false;
@@ -367,6 +367,7 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       if (exported) {
         reply.remote = exported->remote;
         reply.remote->length = reply.length;
+        answer->flags |= wire::kFlagRdmaData;
       } else {
         answer->data = out.subspan(0, reply.length);
       }

@@ -48,6 +48,7 @@ class TcpPeerServer : public PeerServer {
   };
   struct Answer {
     wire::MsgType type;
+    uint32_t flags = wire::kFlagResponse;
     std::string meta;
     std::span<const uint8_t> data;
   };
