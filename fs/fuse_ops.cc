@@ -54,6 +54,9 @@ void OnInit(void*, fuse_conn_info* conn) {
   // Plain readdir keeps lookup counting in one place (lookup); ls -l pays one lookup per name.
   conn->want &= ~FUSE_CAP_READDIRPLUS;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Published versions are immutable and a new one is announced with notify_inval_inode, so
+  // the kernel need not drop cached pages whenever it refreshes attributes (atime changes).
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   conn->max_background = 64;
   conn->congestion_threshold = 48;
   spdlog::info("fuse: init done, max_write {} max_readahead {}", conn->max_write,

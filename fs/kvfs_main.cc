@@ -138,11 +138,11 @@ int Run(MountOptions o, int ready_fd) {
 
   auto session = Session::Mount(o.mountpoint, o.fuse_options, &ctx);
   if (!session.ok()) return reporter.Fail(session.status().message());
-  (*session)->TuneReadahead(1024);
   notifier.Start((*session)->raw());
   spdlog::info("kvfs: mounted on {}", o.mountpoint);
   reporter.Ready();
 
+  (*session)->TuneReadaheadAfterInit(1024);  // before the unblock: it must not take signals
   pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
   unsigned threads = std::max(8u, 4 * std::max(1u, std::thread::hardware_concurrency()));
   int rc = (*session)->Loop(threads);

@@ -2,6 +2,7 @@
 
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -35,6 +36,7 @@ Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
 }
 
 Session::~Session() {
+  FinishReadahead();
   if (!se_) return;
   if (mounted_) fuse_session_unmount(se_);
   if (handlers_) fuse_remove_signal_handlers(se_);
@@ -59,6 +61,21 @@ void Session::TuneReadahead(unsigned kb) {
     return;
   }
   spdlog::info("readahead: {} = {}", path, kb);
+}
+
+void Session::TuneReadaheadAfterInit(unsigned kb) {
+  readahead_thread_ = std::thread([this, kb] {
+    struct stat st;
+    if (::stat(mountpoint_.c_str(), &st) != 0) {
+      spdlog::warn("readahead: stat {} failed; left at the default", mountpoint_);
+      return;
+    }
+    TuneReadahead(kb);
+  });
+}
+
+void Session::FinishReadahead() {
+  if (readahead_thread_.joinable()) readahead_thread_.join();
 }
 
 int Session::Loop(unsigned max_threads) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fuse_ops.h"
@@ -21,8 +22,13 @@ class Session {
                                                 FsContext* ctx);
   ~Session();
 
-  // Raises the mount's readahead (bdi read_ahead_kb) so the kernel sends 1 MiB reads.
+  // Raises the mount's readahead (bdi read_ahead_kb) so the kernel sends 1 MiB reads. The
+  // kernel lowers it again while it processes our INIT reply, so this must run after INIT:
+  // TuneReadaheadAfterInit() does it from a helper thread once a stat() of the mountpoint (a
+  // request the kernel holds until INIT is done) returns. Join with FinishReadahead().
   void TuneReadahead(unsigned kb);
+  void TuneReadaheadAfterInit(unsigned kb);
+  void FinishReadahead();
   // Serves requests until unmounted or signalled. Returns libfuse's loop status.
   int Loop(unsigned max_threads);
   fuse_session* raw() { return se_; }
@@ -33,6 +39,7 @@ class Session {
   std::string mountpoint_;
   bool mounted_ = false;
   bool handlers_ = false;
+  std::thread readahead_thread_;
 };
 
 }  // namespace kvfs::fs
