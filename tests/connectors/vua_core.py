@@ -294,6 +294,27 @@ def scenario(ctx):
             miss = nested_get(ctx, nroot, seq[:3 * SPLIT] + list(range(1, 1 + 2 * SPLIT)))
             ctx.check(len(miss) == 3, f"nested get of a diverging sequence found {len(miss)}")
 
+    with ctx.phase("kill -9: every group directory present is complete (fsync'd files, renamed dir)", needs=(put,), restart=True) as run:
+        if run:
+            ctx.crash_restart()
+            for name in common.sys_listdir(ctx.root):
+                gdir = os.path.join(ctx.root, name)
+                if name.endswith(".tmp"):
+                    continue          # an unfinished put; VUA ignores it
+                ctx.check(name in groups, f"unknown group directory {name} after kill -9")
+                for fname in ("_data.safetensors", "_tokens.safetensors"):
+                    ctx.check(common.exists(os.path.join(gdir, fname)),
+                              f"group {name} lost {fname} in the crash")
+            missing = [h for h in groups if not common.exists(os.path.join(ctx.root, h))]
+            if missing:
+                ctx.note(f"{len(missing)} group renames lost by the kill -9 (VUA never fsyncs "
+                         f"the directory; allowed)")
+            res = vua.get_closest(seq_a)
+            for idx, h, toks, data in res:
+                ctx.check(toks == groups[h][1], f"tokens of group {idx} differ after kill -9")
+                common.check_bytes(f"data of group {idx} after kill -9", data,
+                                   common.payload(h, DATA_BYTES))
+
     with ctx.phase("restart keeps every group, symlinks and nested tree", needs=(put,), restart=True) as run:
         if run:
             ctx.remount()
