@@ -38,8 +38,9 @@ std::shared_ptr<RdmaPeerClient::DataPath> RdmaPeerClient::EnsureDataPath(Deadlin
 Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRequest& req,
                                                std::span<uint8_t> out, Deadline deadline) {
   KVFS_ASSIGN_OR_RETURN(MemoryRegion region, path.cache->Pin(out.data(), req.length));
-  auto frame =
-      tcp_.Call(MsgType::kGet, wire::kFlagRdmaData, wire::Encode(req), {}, nullptr, deadline);
+  const uint32_t flags = wire::kFlagRdmaData |
+                         (options_.data_checksums ? static_cast<uint32_t>(wire::kFlagDataCrc) : 0u);
+  auto frame = tcp_.Call(MsgType::kGet, flags, wire::Encode(req), {}, nullptr, deadline);
   if (!frame.ok()) {
     path.cache->Unpin(region);
     return frame.status();
@@ -52,6 +53,7 @@ Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRe
   if (st.ok() && reply.length > 0) {
     st = path.endpoint->Read(region, out.data(), *reply.remote, reply.length, deadline);
   }
+  if (st.ok()) st = CheckDataCrc(frame->header.flags, flags, reply, out.data());
   path.cache->Unpin(region);
   if (reply.remote) {
     // Best effort: an unreleased grant expires on the server by itself.

@@ -22,6 +22,19 @@ bool StillOpen(int fd) {
 
 }  // namespace
 
+Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
+                    const uint8_t* data) {
+  if (!(request_flags & wire::kFlagDataCrc)) return Status::Ok();
+  if (!(answer_flags & wire::kFlagDataCrc)) {
+    return Status::Error(EPROTO, "GET answer without the data checksum asked for");
+  }
+  if (wire::Crc32c(data, reply.length) != reply.data_crc) {
+    spdlog::error("GET data checksum mismatch ({} bytes): dropped", reply.length);
+    return Status::IoError("GET data checksum mismatch");
+  }
+  return Status::Ok();
+}
+
 TcpPeerClient::TcpPeerClient(PeerAddress peer, ClientOptions options)
     : peer_(std::move(peer)),
       options_(std::move(options)),
@@ -205,13 +218,15 @@ Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span
     if (f.data_len > req.length) return Status::Error(EPROTO, "GET answer longer than asked");
     return out.subspan(0, f.data_len);
   };
+  const uint32_t flags = options_.data_checksums ? static_cast<uint32_t>(wire::kFlagDataCrc) : 0u;
   KVFS_ASSIGN_OR_RETURN(ReceivedFrame f,
-                        Call(MsgType::kGet, 0, wire::Encode(req), {}, sink, DeadlineFor(call)));
+                        Call(MsgType::kGet, flags, wire::Encode(req), {}, sink, DeadlineFor(call)));
   wire::GetReply reply;
   Status st = wire::Decode(wire::AsBytes(f.meta), &reply);
   if (st.ok() && (reply.length != f.data_len || reply.remote)) {
     st = Status::Error(EPROTO, "GET answer length does not match its data");
   }
+  if (st.ok()) st = CheckDataCrc(f.header.flags, flags, reply, out.data());
   if (!st.ok()) return Annotate(st);
   return reply;
 }

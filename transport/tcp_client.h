@@ -13,6 +13,11 @@
 
 namespace kvfs {
 
+// Checks a GET answer's data against its CRC32C when the request asked for one (kFlagDataCrc):
+// EIO on a mismatch, EPROTO when the server left the checksum out.
+Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
+                    const uint8_t* data);
+
 class TcpPeerClient : public PeerClient {
  public:
   TcpPeerClient(PeerAddress peer, ClientOptions options);

@@ -364,6 +364,10 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       }
       wire::GetReply reply = *r;
       reply.remote.reset();
+      if (frame.header.flags & wire::kFlagDataCrc) {
+        reply.data_crc = wire::Crc32c(out.data(), reply.length);
+        answer->flags |= wire::kFlagDataCrc;
+      }
       if (exported) {
         reply.remote = exported->remote;
         reply.remote->length = reply.length;
@@ -380,6 +384,11 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       if (req.length != data.size()) {
         *fatal = true;
         return Status::Error(EPROTO, "PUT length does not match its data");
+      }
+      if ((frame.header.flags & wire::kFlagDataCrc) &&
+          wire::Crc32c(data.data(), data.size()) != req.data_crc) {
+        spdlog::error("PUT {}: data checksum mismatch, refused", req.key);
+        return Status::IoError("PUT data checksum mismatch");
       }
       auto r = Guard([&] { return handler_->Put(req, data); });
       if (!r.ok()) return r.status();

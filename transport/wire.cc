@@ -13,9 +13,8 @@ Status Malformed(std::string_view what) {
 
 }  // namespace
 
-// A byte-table CRC32C. It only covers the 28 header bytes, so speed is moot; it catches a
-// desynchronised stream or garbage before any length in the header is trusted.
-uint32_t Crc32c(const void* data, size_t n) {
+// A byte-table CRC32C: the fallback, and the reference the hardware path is tested against.
+uint32_t Crc32cPortable(const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   static const auto kTable = [] {
     std::array<uint32_t, 256> t{};
@@ -29,6 +28,34 @@ uint32_t Crc32c(const void* data, size_t n) {
   uint32_t crc = 0xFFFFFFFFu;
   for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
   return crc ^ 0xFFFFFFFFu;
+}
+
+#if defined(__x86_64__)
+namespace {
+// The SSE4.2 crc32 instruction, 8 bytes at a time: several GB/s, so covering a 32 MiB chunk
+// costs a few milliseconds against tens for moving it.
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, size_t n) {
+  uint64_t crc = 0xFFFFFFFFu;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    crc = __builtin_ia32_crc32di(crc, v);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c = static_cast<uint32_t>(crc);
+  while (n-- > 0) c = __builtin_ia32_crc32qi(c, *p++);
+  return c ^ 0xFFFFFFFFu;
+}
+}  // namespace
+#endif
+
+uint32_t Crc32c(const void* data, size_t n) {
+#if defined(__x86_64__)
+  static const bool kHardware = __builtin_cpu_supports("sse4.2");
+  if (kHardware) return Crc32cSse42(static_cast<const uint8_t*>(data), n);
+#endif
+  return Crc32cPortable(data, n);
 }
 
 namespace {
@@ -353,6 +380,7 @@ std::string Encode(const GetReply& m) {
     w.U64(v.object_size);
     w.U64(v.version);
     w.U64(v.length);
+    w.U32(v.data_crc);
     w.U8(v.remote ? 1 : 0);
     if (v.remote) {
       w.U64(v.remote->token);
@@ -367,6 +395,7 @@ Status Decode(std::span<const uint8_t> b, GetReply* m) {
   m->object_size = r.U64();
   m->version = r.U64();
   m->length = r.U64();
+  m->data_crc = r.U32();
   m->remote.reset();
   if (r.Bool()) {
     RemoteBuffer rb;
@@ -388,6 +417,7 @@ std::string Encode(const PutRequest& m) {
     PutTime(w, v.mtime);
     w.U64(v.prefix_parent);
     w.U64(v.length);
+    w.U32(v.data_crc);
   });
 }
 Status Decode(std::span<const uint8_t> b, PutRequest* m) {
@@ -399,6 +429,7 @@ Status Decode(std::span<const uint8_t> b, PutRequest* m) {
   m->mtime = GetTime(r);
   m->prefix_parent = r.U64();
   m->length = r.U64();
+  m->data_crc = r.U32();
   return Finish(r, "PUT");
 }
 

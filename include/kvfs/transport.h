@@ -67,6 +67,8 @@ struct ClientOptions {
   size_t connections = 4;                           // per peer, used concurrently
   uint32_t max_frame = wire::kDefaultMaxFrame;
   int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
+  // CRC32C over GET and PUT data, end to end (kFlagDataCrc): a mismatch is EIO, never bytes.
+  bool data_checksums = true;
   // RDMA only: the peer's rdma_cm port (0 = its TCP port; rdma_cm ports are their own space on
   // InfiniBand/RoCE) and the most client memory kept registered for READ targets.
   uint16_t rdma_port = 0;

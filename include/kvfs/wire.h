@@ -71,8 +71,11 @@ std::string_view MsgTypeName(MsgType type);
 enum FrameFlags : uint32_t {
   kFlagResponse = 1u << 0,  // set on every server -> client frame
   kFlagRdmaData = 1u << 1,  // GET: answer with a RemoteBuffer grant instead of inline data
+  // On a PUT request: its data_crc is set and must be checked. On a GET request: please set
+  // data_crc on the answer (the answer then carries the flag too).
+  kFlagDataCrc = 1u << 2,
 };
-constexpr uint32_t kKnownFlags = kFlagResponse | kFlagRdmaData;
+constexpr uint32_t kKnownFlags = kFlagResponse | kFlagRdmaData | kFlagDataCrc;
 
 struct FrameHeader {
   MsgType type = MsgType::kPing;
@@ -84,8 +87,10 @@ struct FrameHeader {
 // True for the frames that may carry data after the meta.
 bool MayCarryData(MsgType type, uint32_t flags);
 
-// CRC32C (Castagnoli); the header checksum is Crc32c(bytes 0..27).
+// CRC32C (Castagnoli); the header checksum is Crc32c(bytes 0..27), chunk data is optionally
+// covered by one too (kFlagDataCrc). Uses the SSE4.2 instruction when the CPU has it.
 uint32_t Crc32c(const void* data, size_t len);
+uint32_t Crc32cPortable(const void* data, size_t len);  // the table version, for tests
 
 void EncodeHeader(const FrameHeader& header, uint8_t out[kHeaderSize]);
 // Checks magic, version, checksum, type, flags, reserved bits and payload_len <= max_frame.
@@ -176,7 +181,8 @@ struct RemoteBuffer {
 struct GetReply {
   uint64_t object_size = 0;  // the whole chunk's size (a short read at the tail is not an error)
   uint64_t version = 0;
-  uint64_t length = 0;  // bytes of data following (TCP) or in `remote` (RDMA)
+  uint64_t length = 0;    // bytes of data following (TCP) or in `remote` (RDMA)
+  uint32_t data_crc = 0;  // Crc32c of the data when the frame has kFlagDataCrc
   std::optional<RemoteBuffer> remote;
 };
 
@@ -188,6 +194,7 @@ struct PutRequest {
   Timespec64 mtime;
   uint64_t prefix_parent = 0;  // eviction hint, see ObjectRecord
   uint64_t length = 0;         // bytes of data following; must match the frame
+  uint32_t data_crc = 0;       // Crc32c of the data when the frame has kFlagDataCrc
 };
 struct PutReply {
   uint64_t id = 0;

@@ -392,6 +392,56 @@ TEST_F(TcpTransportTest, MalformedMetaAfterAuthClosesConnection) {
   EXPECT_TRUE(ClosedByServer(fd.get()));
 }
 
+TEST_F(TcpTransportTest, PutWithWrongDataChecksumIsRefused) {
+  StartServer();
+  Fd fd = RawConnect();
+  RawHandshake(fd.get());
+  std::vector<uint8_t> data(5000, 0x33);
+  wire::PutRequest req{"/crc", 0644, 0, {}, 0, data.size(), 0};
+  req.data_crc = wire::Crc32c(data.data(), data.size()) ^ 1;  // one bit off
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kPut, wire::kFlagDataCrc, 3, wire::Encode(req),
+                        data, Clock::now() + 2s)
+                  .ok());
+  ReceivedFrame f;
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  ASSERT_EQ(f.header.type, wire::MsgType::kError);
+  wire::ErrorReply err;
+  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &err).ok());
+  EXPECT_EQ(err.err, EIO);
+  // Nothing was stored, and the connection still serves (the framing was intact).
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kLookup, 0, 4,
+                        wire::Encode(wire::LookupRequest{"/crc"}), {}, Clock::now() + 2s)
+                  .ok());
+  ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
+  ASSERT_EQ(f.header.type, wire::MsgType::kLookup);
+  wire::ObjectInfo info;
+  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &info).ok());
+  EXPECT_FALSE(info.exists);
+}
+
+TEST_F(TcpTransportTest, ChecksumsCanBeTurnedOff) {
+  StartServer();
+  ClientOptions opts;
+  opts.data_checksums = false;
+  auto c = Client(opts);
+  std::vector<uint8_t> data = RandomBytes(3 << 20, 4), out(3 << 20);
+  ASSERT_TRUE(c->Put({"/nocrc", 0644, 0, {}, 0, 0}, data).ok());
+  ASSERT_TRUE(c->Get({"/nocrc", 0, out.size(), 0}, out).ok());
+  EXPECT_TRUE(out == data);
+}
+
+TEST(GetDataChecksum, MismatchIsEioMissingIsEproto) {
+  std::vector<uint8_t> data(1000, 9);
+  wire::GetReply reply{1000, 1, 1000, wire::Crc32c(data.data(), data.size()), std::nullopt};
+  const uint32_t asked = wire::kFlagDataCrc;
+  const uint32_t answered = wire::kFlagResponse | wire::kFlagDataCrc;
+  EXPECT_TRUE(CheckDataCrc(answered, asked, reply, data.data()).ok());
+  data[500] ^= 0x10;  // a flipped bit in transit
+  EXPECT_EQ(CheckDataCrc(answered, asked, reply, data.data()).err(), EIO);
+  EXPECT_EQ(CheckDataCrc(wire::kFlagResponse, asked, reply, data.data()).err(), EPROTO);
+  EXPECT_TRUE(CheckDataCrc(wire::kFlagResponse, 0, reply, data.data()).ok());  // not asked
+}
+
 TEST_F(TcpTransportTest, HandlerExceptionBecomesEio) {
   StartServer();
   auto c = Client();

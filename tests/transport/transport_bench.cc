@@ -28,7 +28,7 @@ class StaticHandler : public kvfs::RequestHandler {
                                          std::span<uint8_t> out) override {
     const size_t n = std::min(out.size(), data_.size());
     std::memcpy(out.data(), data_.data(), n);
-    return kvfs::wire::GetReply{data_.size(), 1, n, std::nullopt};
+    return kvfs::wire::GetReply{data_.size(), 1, n, 0, std::nullopt};
   }
   kvfs::Result<kvfs::wire::PutReply> Put(const kvfs::wire::PutRequest&,
                                          std::span<const uint8_t>) override {

@@ -22,9 +22,9 @@ std::vector<std::string> Seeds() {
   seeds.push_back(EncodeFrame(MsgType::kList, kFlagResponse, 3, Encode(lr)));
   seeds.push_back(EncodeFrame(MsgType::kGet, 0, 4, Encode(GetRequest{"k", 0, 64, 0})));
   seeds.push_back(
-      EncodeFrame(MsgType::kGet, kFlagResponse, 4, Encode(GetReply{64, 1, 64, {}}), data));
+      EncodeFrame(MsgType::kGet, kFlagResponse, 4, Encode(GetReply{64, 1, 64, 0, {}}), data));
   seeds.push_back(
-      EncodeFrame(MsgType::kPut, 0, 5, Encode(PutRequest{"k", 0644, 0, {}, 0, 64}), data));
+      EncodeFrame(MsgType::kPut, 0, 5, Encode(PutRequest{"k", 0644, 0, {}, 0, 64, 0}), data));
   seeds.push_back(EncodeFrame(MsgType::kError, kFlagResponse, 6, Encode(ErrorReply{EIO, "x"})));
   StoreStats st;
   st.devices = {"d0"};

@@ -71,6 +71,19 @@ TEST(WireHeader, RoundTripsEveryField) {
   EXPECT_EQ(0, std::memcmp(buf, "KVFW", 4));
 }
 
+TEST(WireCrc32c, KnownVectorAndHardwareMatchesTable) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);  // the standard CRC-32C check value
+  EXPECT_EQ(Crc32cPortable("123456789", 9), 0xE3069283u);
+  std::vector<uint8_t> buf(10000);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t off : {0, 1, 3, 7}) {
+    for (size_t len : {0, 1, 7, 8, 9, 63, 64, 4097, 9000}) {
+      EXPECT_EQ(Crc32c(buf.data() + off, len), Crc32cPortable(buf.data() + off, len))
+          << off << " " << len;
+    }
+  }
+}
+
 TEST(WireMessages, Hello) {
   Hello m{"node-a", {}};
   m.nonce[0] = 1;
@@ -140,15 +153,16 @@ TEST(WireMessages, GetWithInlineData) {
 
   std::vector<uint8_t> data(100000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31);
-  GetReply reply{1 << 24, 5, data.size(), std::nullopt};
+  GetReply reply{1 << 24, 5, data.size(), 0xdeadbeef, std::nullopt};
   GetReply out = RoundTrip(MsgType::kGet, kFlagResponse, reply, data);
   EXPECT_EQ(out.object_size, 1u << 24);
   EXPECT_EQ(out.length, data.size());
+  EXPECT_EQ(out.data_crc, 0xdeadbeefu);
   EXPECT_FALSE(out.remote.has_value());
 }
 
 TEST(WireMessages, GetWithRdmaGrant) {
-  GetReply reply{1 << 25, 3, 1 << 20, RemoteBuffer{99, 0x7f0000001000ull, 0xabcd, 1 << 20}};
+  GetReply reply{1 << 25, 3, 1 << 20, 7, RemoteBuffer{99, 0x7f0000001000ull, 0xabcd, 1 << 20}};
   GetReply out = RoundTrip(MsgType::kGet, kFlagResponse | kFlagRdmaData, reply);
   ASSERT_TRUE(out.remote.has_value());
   EXPECT_EQ(out.remote->token, 99u);
@@ -166,7 +180,9 @@ TEST(WireMessages, PutWithData) {
   req.mtime = {5, 6};
   req.prefix_parent = 11;
   req.length = data.size();
-  PutRequest out = RoundTrip(MsgType::kPut, 0, req, data);
+  req.data_crc = Crc32c(data.data(), data.size());
+  PutRequest out = RoundTrip(MsgType::kPut, kFlagDataCrc, req, data);
+  EXPECT_EQ(out.data_crc, req.data_crc);
   EXPECT_EQ(out.key, "/a/b");
   EXPECT_EQ(out.mode, 0600u);
   EXPECT_EQ(out.flags, static_cast<uint32_t>(kFlagPinned));
