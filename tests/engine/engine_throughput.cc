@@ -64,19 +64,22 @@ int main(int argc, char** argv) {
   }
   const double wsec = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<uint8_t> out(chunk);
-  t0 = Clock::now();
-  for (const auto& l : layouts) {
-    auto n = e.Read(l, 0, out.data(), out.size());
-    if (!n.ok() || *n != chunk) return std::fprintf(stderr, "read failed\n"), 1;
+  double rsec = 0, rsec2 = 0;
+  for (double* sec : {&rsec, &rsec2}) {  // two passes: the second shows the steady state
+    t0 = Clock::now();
+    for (const auto& l : layouts) {
+      auto n = e.Read(l, 0, out.data(), out.size());
+      if (!n.ok() || *n != chunk) return std::fprintf(stderr, "read failed\n"), 1;
+    }
+    *sec = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  const double rsec = std::chrono::duration<double>(Clock::now() - t0).count();
   if (out != data) return std::fprintf(stderr, "read returned wrong bytes\n"), 1;
   const double mib = static_cast<double>(chunk) * chunks / (1 << 20);
   std::printf(
       "%d x 32 MiB, durability=%s compression=%s: write+Finish+Apply %.0f MiB/s, "
-      "Read %.0f MiB/s\n",
+      "Read %.0f MiB/s (second pass %.0f MiB/s)\n",
       chunks, o.durability == Durability::kAsync ? "async" : "close",
-      o.compression == Compression::kLz4 ? "lz4" : "off", mib / wsec, mib / rsec);
+      o.compression == Compression::kLz4 ? "lz4" : "off", mib / wsec, mib / rsec, mib / rsec2);
   layouts.clear();
   opened = Status::Error(EIO, "closed");  // close before removing
   std::filesystem::remove_all(dir);
