@@ -53,7 +53,10 @@ Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRe
   if (st.ok() && reply.length > 0) {
     st = path.endpoint->Read(region, out.data(), *reply.remote, reply.length, deadline);
   }
-  if (st.ok()) st = CheckDataCrc(frame->header.flags, flags, reply, out.data());
+  if (st.ok()) {
+    // READ data did not stream through a socket: checksum it here.
+    st = CheckDataCrc(frame->header.flags, flags, reply, wire::Crc32c(out.data(), reply.length));
+  }
   path.cache->Unpin(region);
   if (reply.remote) {
     // Best effort: an unreleased grant expires on the server by itself.

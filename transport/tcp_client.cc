@@ -23,12 +23,12 @@ bool StillOpen(int fd) {
 }  // namespace
 
 Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
-                    const uint8_t* data) {
+                    uint32_t actual) {
   if (!(request_flags & wire::kFlagDataCrc)) return Status::Ok();
   if (!(answer_flags & wire::kFlagDataCrc)) {
     return Status::Error(EPROTO, "GET answer without the data checksum asked for");
   }
-  if (wire::Crc32c(data, reply.length) != reply.data_crc) {
+  if (actual != reply.data_crc) {
     spdlog::error("GET data checksum mismatch ({} bytes): dropped", reply.length);
     return Status::IoError("GET data checksum mismatch");
   }
@@ -162,7 +162,8 @@ Result<ReceivedFrame> TcpPeerClient::Call(MsgType type, uint32_t flags, std::str
     return sink(f);
   };
   ReceivedFrame reply;
-  st = RecvFrame(conn->fd.get(), options_.max_frame, deadline, false, checked_sink, &reply);
+  st = RecvFrame(conn->fd.get(), options_.max_frame, deadline, false, checked_sink, &reply,
+                 /*crc_data=*/(flags & wire::kFlagDataCrc) != 0);
   if (st.ok() && (reply.header.request_id != id || !(reply.header.flags & wire::kFlagResponse) ||
                   (reply.header.type != type && reply.header.type != MsgType::kError))) {
     st = Status::Error(EPROTO, "answer does not match the request");
@@ -226,7 +227,7 @@ Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span
   if (st.ok() && (reply.length != f.data_len || reply.remote)) {
     st = Status::Error(EPROTO, "GET answer length does not match its data");
   }
-  if (st.ok()) st = CheckDataCrc(f.header.flags, flags, reply, out.data());
+  if (st.ok()) st = CheckDataCrc(f.header.flags, flags, reply, f.data_crc);
   if (!st.ok()) return Annotate(st);
   return reply;
 }
@@ -239,8 +240,13 @@ Result<wire::PutReply> TcpPeerClient::Put(const wire::PutRequest& req,
   }
   wire::PutRequest full = req;
   full.length = data.size();
-  KVFS_ASSIGN_OR_RETURN(ReceivedFrame f, Call(MsgType::kPut, 0, wire::Encode(full), data, nullptr,
-                                              DeadlineFor(call)));
+  uint32_t flags = 0;
+  if (options_.data_checksums) {
+    full.data_crc = wire::Crc32c(data.data(), data.size());
+    flags |= wire::kFlagDataCrc;
+  }
+  KVFS_ASSIGN_OR_RETURN(ReceivedFrame f, Call(MsgType::kPut, flags, wire::Encode(full), data,
+                                              nullptr, DeadlineFor(call)));
   wire::PutReply reply;
   Status st = wire::Decode(wire::AsBytes(f.meta), &reply);
   if (!st.ok()) return Annotate(st);

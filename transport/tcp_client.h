@@ -13,10 +13,11 @@
 
 namespace kvfs {
 
-// Checks a GET answer's data against its CRC32C when the request asked for one (kFlagDataCrc):
-// EIO on a mismatch, EPROTO when the server left the checksum out.
+// Checks a GET answer's data CRC32C (`actual`, computed over the bytes received) against the
+// one the server sent, when the request asked for it (kFlagDataCrc): EIO on a mismatch, EPROTO
+// when the server left the checksum out.
 Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
-                    const uint8_t* data);
+                    uint32_t actual);
 
 class TcpPeerClient : public PeerClient {
  public:
@@ -39,6 +40,8 @@ class TcpPeerClient : public PeerClient {
   // One request/response exchange (used by the typed calls above and by the RDMA client for
   // its control messages). The answer's data, if any, goes where `sink` says. A remote ERROR
   // frame comes back as its Status; the connection stays in the pool.
+  // With kFlagDataCrc in `flags`, the answer's data CRC is computed as it arrives
+  // (ReceivedFrame::data_crc).
   Result<ReceivedFrame> Call(wire::MsgType type, uint32_t flags, std::string_view meta,
                              std::span<const uint8_t> data, const DataSink& sink,
                              Deadline deadline);

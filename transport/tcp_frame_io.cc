@@ -1,5 +1,7 @@
 #include "tcp_frame_io.h"
 
+#include <algorithm>
+
 namespace kvfs {
 
 Status SendFrame(int fd, wire::MsgType type, uint32_t flags, uint64_t request_id,
@@ -24,7 +26,7 @@ Status SendFrame(int fd, wire::MsgType type, uint32_t flags, uint64_t request_id
 }
 
 Status RecvFrame(int fd, uint32_t max_frame, Deadline deadline, bool eof_ok, const DataSink& sink,
-                 ReceivedFrame* out) {
+                 ReceivedFrame* out, bool crc_data) {
   // The header alone first: a bad or oversized header is refused before we wait for more.
   uint8_t head[wire::kHeaderSize];
   struct iovec hv = {head, sizeof head};
@@ -50,8 +52,21 @@ Status RecvFrame(int fd, uint32_t max_frame, Deadline deadline, bool eof_ok, con
   auto target = sink(*out);
   if (!target.ok()) return target.status();
   if (target->size() != out->data_len) return Status::Error(EPROTO, "frame data length mismatch");
-  struct iovec dv = {target->data(), target->size()};
-  return RecvAll(fd, &dv, 1, deadline);
+  if (!crc_data || !(out->header.flags & wire::kFlagDataCrc)) {
+    struct iovec dv = {target->data(), target->size()};
+    return RecvAll(fd, &dv, 1, deadline);
+  }
+  constexpr size_t kPiece = 1u << 20;  // fits in L2: checksummed before it is evicted
+  uint32_t crc = 0;
+  for (size_t done = 0; done < target->size();) {
+    const size_t n = std::min(kPiece, target->size() - done);
+    struct iovec dv = {target->data() + done, n};
+    KVFS_RETURN_IF_ERROR(RecvAll(fd, &dv, 1, deadline));
+    crc = wire::Crc32cExtend(crc, target->data() + done, n);
+    done += n;
+  }
+  out->data_crc = crc;
+  return Status::Ok();
 }
 
 }  // namespace kvfs

@@ -19,6 +19,7 @@ struct ReceivedFrame {
   wire::FrameHeader header;
   std::string meta;
   uint64_t data_len = 0;
+  uint32_t data_crc = 0;  // Crc32c of the data, when RecvFrame was asked to compute it
 };
 
 // Told the frame's header and meta; returns the buffer (exactly data_len bytes) to receive the
@@ -30,7 +31,10 @@ Status SendFrame(int fd, wire::MsgType type, uint32_t flags, uint64_t request_id
 
 // Reads one frame. `max_frame` caps payload_len (EMSGSIZE beyond). With `eof_ok`, a peer that
 // closes cleanly before the first byte gives ENODATA. A frame with data and no sink is EPROTO.
+// With `crc_data`, on a frame with kFlagDataCrc, the data's CRC32C is computed piece by piece as it
+// arrives (each piece while it is still in cache, while the sender keeps sending) into
+// out->data_crc.
 Status RecvFrame(int fd, uint32_t max_frame, Deadline deadline, bool eof_ok, const DataSink& sink,
-                 ReceivedFrame* out);
+                 ReceivedFrame* out, bool crc_data = false);
 
 }  // namespace kvfs

@@ -225,8 +225,10 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     return data;
   };
   ReceivedFrame frame;
+  // A PUT's data CRC is computed while it streams in when the client sent one (the flag is in
+  // the header, read before the data), so checking it costs no second pass.
   Status st = RecvFrame(conn.fd.get(), authed ? options_.max_frame : kHandshakeCap, deadline,
-                        /*eof_ok=*/true, sink, &frame);
+                        /*eof_ok=*/true, sink, &frame, /*crc_data=*/true);
   if (!st.ok()) {
     if (st.err() == ENODATA) {
       spdlog::debug("peer {}: closed", conn.peer);
@@ -385,8 +387,7 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
         *fatal = true;
         return Status::Error(EPROTO, "PUT length does not match its data");
       }
-      if ((frame.header.flags & wire::kFlagDataCrc) &&
-          wire::Crc32c(data.data(), data.size()) != req.data_crc) {
+      if ((frame.header.flags & wire::kFlagDataCrc) && frame.data_crc != req.data_crc) {
         spdlog::error("PUT {}: data checksum mismatch, refused", req.key);
         return Status::IoError("PUT data checksum mismatch");
       }

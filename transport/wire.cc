@@ -14,7 +14,8 @@ Status Malformed(std::string_view what) {
 }  // namespace
 
 // A byte-table CRC32C: the fallback, and the reference the hardware path is tested against.
-uint32_t Crc32cPortable(const void* data, size_t n) {
+namespace {
+uint32_t Crc32cPortableExtend(uint32_t start, const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   static const auto kTable = [] {
     std::array<uint32_t, 256> t{};
@@ -25,17 +26,20 @@ uint32_t Crc32cPortable(const void* data, size_t n) {
     }
     return t;
   }();
-  uint32_t crc = 0xFFFFFFFFu;
+  uint32_t crc = ~start;
   for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+  return ~crc;
 }
+}  // namespace
+
+uint32_t Crc32cPortable(const void* data, size_t n) { return Crc32cPortableExtend(0, data, n); }
 
 #if defined(__x86_64__)
 namespace {
 // The SSE4.2 crc32 instruction, 8 bytes at a time: several GB/s, so covering a 32 MiB chunk
 // costs a few milliseconds against tens for moving it.
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, size_t n) {
-  uint64_t crc = 0xFFFFFFFFu;
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t start, const uint8_t* p, size_t n) {
+  uint64_t crc = ~start;
   while (n >= 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
@@ -50,13 +54,15 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, size_t 
 }  // namespace
 #endif
 
-uint32_t Crc32c(const void* data, size_t n) {
+uint32_t Crc32cExtend(uint32_t start, const void* data, size_t n) {
 #if defined(__x86_64__)
   static const bool kHardware = __builtin_cpu_supports("sse4.2");
-  if (kHardware) return Crc32cSse42(static_cast<const uint8_t*>(data), n);
+  if (kHardware) return Crc32cSse42(start, static_cast<const uint8_t*>(data), n);
 #endif
-  return Crc32cPortable(data, n);
+  return Crc32cPortableExtend(start, data, n);
 }
+
+uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
 namespace {
 

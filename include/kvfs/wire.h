@@ -90,6 +90,9 @@ bool MayCarryData(MsgType type, uint32_t flags);
 // CRC32C (Castagnoli); the header checksum is Crc32c(bytes 0..27), chunk data is optionally
 // covered by one too (kFlagDataCrc). Uses the SSE4.2 instruction when the CPU has it.
 uint32_t Crc32c(const void* data, size_t len);
+// Continues a CRC over more bytes: Crc32cExtend(Crc32c(a), b) == Crc32c(a followed by b), and
+// Crc32cExtend(0, a) == Crc32c(a). Lets a receiver checksum data piece by piece as it arrives.
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t len);
 uint32_t Crc32cPortable(const void* data, size_t len);  // the table version, for tests
 
 void EncodeHeader(const FrameHeader& header, uint8_t out[kHeaderSize]);

@@ -435,11 +435,11 @@ TEST(GetDataChecksum, MismatchIsEioMissingIsEproto) {
   wire::GetReply reply{1000, 1, 1000, wire::Crc32c(data.data(), data.size()), std::nullopt};
   const uint32_t asked = wire::kFlagDataCrc;
   const uint32_t answered = wire::kFlagResponse | wire::kFlagDataCrc;
-  EXPECT_TRUE(CheckDataCrc(answered, asked, reply, data.data()).ok());
+  EXPECT_TRUE(CheckDataCrc(answered, asked, reply, wire::Crc32c(data.data(), 1000)).ok());
   data[500] ^= 0x10;  // a flipped bit in transit
-  EXPECT_EQ(CheckDataCrc(answered, asked, reply, data.data()).err(), EIO);
-  EXPECT_EQ(CheckDataCrc(wire::kFlagResponse, asked, reply, data.data()).err(), EPROTO);
-  EXPECT_TRUE(CheckDataCrc(wire::kFlagResponse, 0, reply, data.data()).ok());  // not asked
+  EXPECT_EQ(CheckDataCrc(answered, asked, reply, wire::Crc32c(data.data(), 1000)).err(), EIO);
+  EXPECT_EQ(CheckDataCrc(wire::kFlagResponse, asked, reply, 0).err(), EPROTO);
+  EXPECT_TRUE(CheckDataCrc(wire::kFlagResponse, 0, reply, 0).ok());  // not asked
 }
 
 TEST_F(TcpTransportTest, HandlerExceptionBecomesEio) {

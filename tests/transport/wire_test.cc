@@ -76,6 +76,13 @@ TEST(WireCrc32c, KnownVectorAndHardwareMatchesTable) {
   EXPECT_EQ(Crc32cPortable("123456789", 9), 0xE3069283u);
   std::vector<uint8_t> buf(10000);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 131 + 7);
+  // Piece by piece equals all at once, at any split.
+  for (size_t split : {0, 1, 8, 333, 9999, 10000}) {
+    EXPECT_EQ(Crc32cExtend(Crc32c(buf.data(), split), buf.data() + split, buf.size() - split),
+              Crc32c(buf.data(), buf.size()))
+        << split;
+  }
+  EXPECT_EQ(Crc32cExtend(0, buf.data(), 100), Crc32c(buf.data(), 100));
   for (size_t off : {0, 1, 3, 7}) {
     for (size_t len : {0, 1, 7, 8, 9, 63, 64, 4097, 9000}) {
       EXPECT_EQ(Crc32c(buf.data() + off, len), Crc32cPortable(buf.data() + off, len))
