@@ -106,7 +106,8 @@ class LocalEngineImpl final : public LocalEngine {
   uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
   Status checkpoint_status_;
   bool stop_ = false;
-  uint64_t id_limit_ = 0;  // ids below this are covered by a persisted watermark
+  // Ids below this are covered by a journaled watermark; written under mu_, read lock-free.
+  std::atomic<uint64_t> id_limit_{0};
 
   std::atomic<uint64_t> next_id_{kRootId + 1};
   std::atomic<uint64_t> journal_bytes_{0};
@@ -184,13 +185,14 @@ std::vector<ObjectRecord> LocalEngineImpl::Records() const {
 
 ObjectId LocalEngineImpl::NewId() {
   const ObjectId id = next_id_.fetch_add(1);
+  if (id < id_limit_.load()) return id;  // the common case: no lock
   std::lock_guard lock(mu_);
-  if (id >= id_limit_) {
+  if (id >= id_limit_.load()) {
     // Persist a watermark before ids past it are used, so a restart never hands them out
     // again. Not waited for: an id is only visible through a record journaled after it.
     id_limit_ = id + kIdBlock;
     std::string payload, encoded;
-    ByteWriter(&payload).U64(id_limit_);
+    ByteWriter(&payload).U64(id_limit_.load());
     Journal::EncodeRecord(RecordType::kWatermark, payload, &encoded);
     Enqueue(std::move(encoded), {});
     work_cv_.notify_one();
@@ -294,7 +296,7 @@ void LocalEngineImpl::CommitLoop() {
       // Taken together with the queue swap: the snapshot holds exactly the batches written
       // to the current journal, and later batches go to the next one.
       snapshot = index_.Snapshot();
-      snapshot_next_id = std::max<uint64_t>(id_limit_, next_id_.load());
+      snapshot_next_id = std::max<uint64_t>(id_limit_.load(), next_id_.load());
     }
     const bool failed_before = !commit_error_.ok();
     lock.unlock();
