@@ -45,6 +45,13 @@ class RdmaPeerClient : public PeerClient {
     return tcp_.Rename(req, call);
   }
   Result<StoreStats> Stats(const CallOptions& call) override { return tcp_.Stats(call); }
+  Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) override {
+    return tcp_.PushNamespace(update, call);
+  }
+  Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
+                                              const CallOptions& call) override {
+    return tcp_.PullNamespace(req, call);
+  }
 
  private:
   // The endpoint and the registrations made in its protection domain live and die together;

@@ -265,4 +265,13 @@ Result<StoreStats> TcpPeerClient::Stats(const CallOptions& call) {
   return Simple<StoreStats>(MsgType::kStats, wire::Encode(wire::StatsRequest{}), call);
 }
 
+Status TcpPeerClient::PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) {
+  return Simple<wire::NamespaceAck>(MsgType::kNamespacePush, wire::Encode(update), call).status();
+}
+
+Result<wire::NamespaceUpdate> TcpPeerClient::PullNamespace(const wire::NamespacePullRequest& req,
+                                                           const CallOptions& call) {
+  return Simple<wire::NamespaceUpdate>(MsgType::kNamespacePull, wire::Encode(req), call);
+}
+
 }  // namespace kvfs

@@ -36,6 +36,9 @@ class TcpPeerClient : public PeerClient {
   Status Remove(const wire::RemoveRequest& req, const CallOptions& call) override;
   Status Rename(const wire::RenameRequest& req, const CallOptions& call) override;
   Result<StoreStats> Stats(const CallOptions& call) override;
+  Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) override;
+  Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
+                                              const CallOptions& call) override;
 
   // One request/response exchange (used by the typed calls above and by the RDMA client for
   // its control messages). The answer's data, if any, goes where `sink` says. A remote ERROR

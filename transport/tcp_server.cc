@@ -425,6 +425,24 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       answer->meta = wire::Encode(req);
       return Status::Ok();
     }
+    case MsgType::kNamespacePush: {
+      wire::NamespaceUpdate req;
+      KVFS_RETURN_IF_ERROR(decode(&req));
+      KVFS_RETURN_IF_ERROR(Guard([&] { return handler_->ApplyNamespace(req); }));
+      answer->meta = wire::Encode(wire::NamespaceAck{});
+      return Status::Ok();
+    }
+    case MsgType::kNamespacePull: {
+      wire::NamespacePullRequest req;
+      KVFS_RETURN_IF_ERROR(decode(&req));
+      auto r = Guard([&] { return handler_->PullNamespace(req); });
+      if (!r.ok()) return r.status();
+      answer->meta = wire::Encode(*r);
+      if (answer->meta.size() > options_.max_frame - kFrameSlack) {
+        return Status::Error(EMSGSIZE, "namespace too large for one frame");
+      }
+      return Status::Ok();
+    }
     case MsgType::kHello:
     case MsgType::kAuth:
     case MsgType::kChallenge:

@@ -156,6 +156,10 @@ std::string_view MsgTypeName(MsgType type) {
       return "ERROR";
     case MsgType::kRdmaRelease:
       return "RDMA_RELEASE";
+    case MsgType::kNamespacePush:
+      return "NAMESPACE_PUSH";
+    case MsgType::kNamespacePull:
+      return "NAMESPACE_PULL";
   }
   return "UNKNOWN";
 }
@@ -536,6 +540,100 @@ Status Decode(std::span<const uint8_t> b, RdmaRelease* m) {
   ByteReader r(b);
   m->token = r.U64();
   return Finish(r, "RDMA_RELEASE");
+}
+
+std::string Encode(const NamespaceUpdate& m) {
+  return EncodeWith(m, [](ByteWriter& w, const NamespaceUpdate& v) {
+    w.U16(v.origin);
+    w.U32(static_cast<uint32_t>(v.puts.size()));
+    for (const NamespaceRecord& p : v.puts) {
+      w.U64(p.id);
+      w.U64(p.parent);
+      w.Str(p.name);
+      w.U8(static_cast<uint8_t>(p.type));
+      w.U32(p.mode);
+      w.U32(p.uid);
+      w.U32(p.gid);
+      w.U32(p.flags);
+      PutTime(w, p.atime);
+      PutTime(w, p.mtime);
+      PutTime(w, p.ctime);
+      w.Str(p.symlink_target);
+      w.U64(p.prefix_parent);
+      w.U64(p.size);
+      w.Str(p.chunk_key);
+      w.U32(static_cast<uint32_t>(p.replicas.size()));
+      for (uint16_t n : p.replicas) w.U16(n);
+      w.U64(p.stamp);
+      w.U16(p.origin);
+    }
+    w.U32(static_cast<uint32_t>(v.removes.size()));
+    for (const NamespaceRemove& r : v.removes) {
+      w.U64(r.id);
+      w.U64(r.stamp);
+      w.U16(r.origin);
+    }
+  });
+}
+Status Decode(std::span<const uint8_t> b, NamespaceUpdate* m) {
+  ByteReader r(b);
+  m->origin = r.U16();
+  // The smallest encoded record is well over 64 bytes: a count the remaining bytes cannot hold
+  // is malformed, checked before any allocation.
+  const uint32_t np = r.U32();
+  if (np > kMaxNamespaceRecords || np > r.remaining() / 64) r.Fail();
+  m->puts.clear();
+  for (uint32_t i = 0; i < np && r.ok(); ++i) {
+    NamespaceRecord p;
+    p.id = r.U64();
+    p.parent = r.U64();
+    p.name = r.Str(kMaxNameLen);
+    const uint8_t type = r.U8();
+    if (type < 1 || type > 3) r.Fail();
+    p.type = static_cast<ObjectType>(type);
+    p.mode = r.U32();
+    p.uid = r.U32();
+    p.gid = r.U32();
+    p.flags = r.U32();
+    p.atime = GetTime(r);
+    p.mtime = GetTime(r);
+    p.ctime = GetTime(r);
+    p.symlink_target = r.Str(kMaxPathLen);
+    p.prefix_parent = r.U64();
+    p.size = r.U64();
+    p.chunk_key = r.Str(kMaxChunkKeyLen);
+    const uint32_t nr = r.U32();
+    if (nr > kMaxReplicas || nr > r.remaining() / 2) r.Fail();
+    for (uint32_t j = 0; j < nr && r.ok(); ++j) p.replicas.push_back(r.U16());
+    p.stamp = r.U64();
+    p.origin = r.U16();
+    m->puts.push_back(std::move(p));
+  }
+  const uint32_t nrm = r.U32();
+  if (nrm > kMaxNamespaceRecords || nrm > r.remaining() / 18) r.Fail();
+  m->removes.clear();
+  for (uint32_t i = 0; i < nrm && r.ok(); ++i) {
+    NamespaceRemove x;
+    x.id = r.U64();
+    x.stamp = r.U64();
+    x.origin = r.U16();
+    m->removes.push_back(x);
+  }
+  return Finish(r, "NAMESPACE");
+}
+
+std::string Encode(const NamespaceAck&) { return {}; }
+Status Decode(std::span<const uint8_t> b, NamespaceAck*) {
+  return b.empty() ? Status::Ok() : Malformed("NAMESPACE_PUSH response");
+}
+
+std::string Encode(const NamespacePullRequest& m) {
+  return EncodeWith(m, [](ByteWriter& w, const NamespacePullRequest& v) { w.U16(v.node); });
+}
+Status Decode(std::span<const uint8_t> b, NamespacePullRequest* m) {
+  ByteReader r(b);
+  m->node = r.U16();
+  return Finish(r, "NAMESPACE_PULL");
 }
 
 }  // namespace kvfs::wire

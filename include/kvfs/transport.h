@@ -102,6 +102,19 @@ class PeerClient {
   virtual Status Remove(const wire::RemoveRequest& req, const CallOptions& call = {}) = 0;
   virtual Status Rename(const wire::RenameRequest& req, const CallOptions& call = {}) = 0;
   virtual Result<StoreStats> Stats(const CallOptions& call = {}) = 0;
+  // Cluster namespace replication (engine/cluster). Not pure so that clients that predate the
+  // cluster (test doubles) keep compiling; they answer EOPNOTSUPP.
+  virtual Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call = {}) {
+    (void)update;
+    (void)call;
+    return Status::Error(EOPNOTSUPP, "namespace push not supported by this client");
+  }
+  virtual Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
+                                                      const CallOptions& call = {}) {
+    (void)req;
+    (void)call;
+    return Status::Error(EOPNOTSUPP, "namespace pull not supported by this client");
+  }
 };
 
 // Creates a client for one peer. Connections are opened lazily (and re-opened after a failure)
@@ -128,6 +141,16 @@ class RequestHandler {
   virtual Status Remove(const wire::RemoveRequest& req) = 0;
   virtual Status Rename(const wire::RenameRequest& req) = 0;
   virtual Result<StoreStats> Stats() = 0;
+  // A peer's namespace change / a request for this node's whole namespace (cluster store only;
+  // other handlers answer EOPNOTSUPP).
+  virtual Status ApplyNamespace(const wire::NamespaceUpdate& update) {
+    (void)update;
+    return Status::Error(EOPNOTSUPP, "no cluster namespace on this node");
+  }
+  virtual Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req) {
+    (void)req;
+    return Status::Error(EOPNOTSUPP, "no cluster namespace on this node");
+  }
 };
 
 struct ServerOptions {

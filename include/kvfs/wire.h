@@ -64,8 +64,12 @@ enum class MsgType : uint16_t {
   kStats = 12,
   kError = 13,        // a response only: errno + message
   kRdmaRelease = 14,  // client -> server: done READing a granted buffer
+  // Cluster namespace (engine/cluster): a node pushes the records of one of its changes to every
+  // peer; a (re)joining node pulls a peer's whole namespace to catch up on what it missed.
+  kNamespacePush = 15,
+  kNamespacePull = 16,
 };
-constexpr uint16_t kMaxMsgType = 14;
+constexpr uint16_t kMaxMsgType = 16;
 std::string_view MsgTypeName(MsgType type);
 
 enum FrameFlags : uint32_t {
@@ -229,6 +233,45 @@ struct RdmaRelease {
   uint64_t token = 0;
 };
 
+// One namespace record as the cluster replicates it: the ObjectRecord fields plus where its
+// chunk lives. `chunk_key` is fixed at publish (origin node + object id), so a rename carries the
+// same key and never moves data. (stamp, origin) orders concurrent changes: last writer wins.
+struct NamespaceRecord {
+  uint64_t id = 0;
+  uint64_t parent = 0;
+  std::string name;
+  ObjectType type = ObjectType::kFile;
+  uint32_t mode = 0, uid = 0, gid = 0, flags = 0;
+  Timespec64 atime, mtime, ctime;
+  std::string symlink_target;
+  uint64_t prefix_parent = 0;
+  uint64_t size = 0;
+  std::string chunk_key;           // "" for directories, symlinks and empty files
+  std::vector<uint16_t> replicas;  // node ids holding the chunk, in ranking order
+  uint64_t stamp = 0;              // wall-clock nanoseconds of the change at its origin
+  uint16_t origin = 0;             // node id that made the change
+};
+struct NamespaceRemove {
+  uint64_t id = 0;
+  uint64_t stamp = 0;
+  uint16_t origin = 0;
+};
+// A push carries one MetaBatch's worth of changes; a pull answer carries a whole namespace.
+struct NamespaceUpdate {
+  uint16_t origin = 0;  // the sending node
+  std::vector<NamespaceRecord> puts;
+  std::vector<NamespaceRemove> removes;
+};
+struct NamespaceAck {};
+struct NamespacePullRequest {
+  uint16_t node = 0;  // the asking node, for the peer's logs
+};
+// Caps a namespace frame's record count so a corrupt count cannot make a peer allocate wildly;
+// a pull of more records than this needs paging (not implemented yet).
+constexpr size_t kMaxNamespaceRecords = 1u << 20;
+constexpr size_t kMaxChunkKeyLen = 255;
+constexpr size_t kMaxReplicas = 64;
+
 // Encoders append the meta encoding; decoders parse exactly `bytes` (trailing bytes are an
 // error) and return EPROTO on anything malformed.
 std::string Encode(const Hello& m);
@@ -253,6 +296,9 @@ std::string Encode(const StatsRequest& m);
 std::string Encode(const StoreStats& m);
 std::string Encode(const ErrorReply& m);
 std::string Encode(const RdmaRelease& m);
+std::string Encode(const NamespaceUpdate& m);
+std::string Encode(const NamespaceAck& m);
+std::string Encode(const NamespacePullRequest& m);
 
 Status Decode(std::span<const uint8_t> bytes, Hello* m);
 Status Decode(std::span<const uint8_t> bytes, Challenge* m);
@@ -276,6 +322,9 @@ Status Decode(std::span<const uint8_t> bytes, StatsRequest* m);
 Status Decode(std::span<const uint8_t> bytes, StoreStats* m);
 Status Decode(std::span<const uint8_t> bytes, ErrorReply* m);
 Status Decode(std::span<const uint8_t> bytes, RdmaRelease* m);
+Status Decode(std::span<const uint8_t> bytes, NamespaceUpdate* m);
+Status Decode(std::span<const uint8_t> bytes, NamespaceAck* m);
+Status Decode(std::span<const uint8_t> bytes, NamespacePullRequest* m);
 
 inline std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

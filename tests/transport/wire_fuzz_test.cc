@@ -126,6 +126,20 @@ void DecodeAsPeer(const FrameView& v) {
       (void)Decode(v.meta, &m);
       break;
     }
+    case MsgType::kNamespacePush:
+    case MsgType::kNamespacePull: {
+      if (resp == (v.header.type == MsgType::kNamespacePull)) {
+        NamespaceUpdate m;
+        (void)Decode(v.meta, &m);
+      } else if (resp) {
+        NamespaceAck m;
+        (void)Decode(v.meta, &m);
+      } else {
+        NamespacePullRequest m;
+        (void)Decode(v.meta, &m);
+      }
+      break;
+    }
     case MsgType::kRdmaRelease: {
       RdmaRelease m;
       (void)Decode(v.meta, &m);
