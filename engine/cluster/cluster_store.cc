@@ -361,7 +361,21 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
     }
     if (!failed) return done;
   }
-  // Every replica failed: the data is unreachable now, whatever each peer said.
+  // Every replica failed. When no name refers to the chunk any more (unlinked or replaced
+  // elsewhere, so its copies were dropped) that is ENOENT; otherwise the data exists but cannot
+  // be reached now: EIO.
+  {
+    std::lock_guard lock(mu_);
+    bool named = false;
+    for (const auto& [id, e] : ns_) {
+      const ClusterLayout* cl = AsClusterLayout(e.rec.layout.get());
+      if (cl && cl->chunk_key == layout.chunk_key) {
+        named = true;
+        break;
+      }
+    }
+    if (!named) return Status::NotFound("chunk " + layout.chunk_key + " is no longer named");
+  }
   return Status::IoError("chunk " + layout.chunk_key + " unreachable: " + last.ToString());
 }
 

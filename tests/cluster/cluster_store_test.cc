@@ -306,6 +306,28 @@ TEST_F(ClusterStoreTest, OneReplicaWithItsHolderGoneFailsWithEioNotAHang) {
   EXPECT_LT(elapsed, 10s);
 }
 
+TEST_F(ClusterStoreTest, ReadOfAChunkUnlinkedElsewhereIsEnoent) {
+  StartCluster(3, 1);
+  // A chunk that node 3 does not hold: ranked on node 1 or 2, written by node 1.
+  std::string name;
+  for (int f = 0; f < 64 && name.empty(); ++f) {
+    const std::string n = "u" + std::to_string(f);
+    ASSERT_TRUE(Publish(0, n, Content(f, 8192)).ok());
+    if (!store(2).HoldsChunk(LayoutOf(*Find(store(0), n)).chunk_key)) name = n;
+  }
+  ASSERT_FALSE(name.empty());
+  ASSERT_TRUE(WaitFor([&] { return Visible(2, name); }));
+  const ObjectRecord held = *Find(store(2), name);  // as an open file keeps its layout
+  MetaBatch unlink;
+  unlink.removes.push_back(held.id);
+  ASSERT_TRUE(store(0).Apply(unlink).ok());
+  ASSERT_TRUE(WaitFor([&] { return !Visible(2, name); }));
+  std::string buf(100, '\0');
+  auto r = store(2).Read(held.layout, 0, buf.data(), buf.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().err(), ENOENT) << r.status().ToString();
+}
+
 TEST_F(ClusterStoreTest, WrongSecretIsRefused) {
   StartCluster(3, 1);
   // A direct client with the wrong secret cannot even ping.
