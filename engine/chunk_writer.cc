@@ -186,6 +186,10 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
       const uint16_t preferred =
           static_cast<uint16_t>((first_device_ + indexes[k]) % ctx_->devices().size());
       auto ext = ctx_->space().Allocate(preferred, padded);
+      // Full: evicting frees space once the eviction's journal record is durable.
+      while (!ext.ok() && ext.status().err() == ENOSPC && ctx_->Reclaim()) {
+        ext = ctx_->space().Allocate(preferred, padded);
+      }
       if (!ext.ok()) {
         st = ext.status();
         break;

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,18 @@ class EngineContext {
   // Stops all further I/O (the engine is closing); rings of this generation are retired.
   void Close();
 
+  // A writer that found no free extent asks the engine to evict (bounded cache) and retries
+  // while this returns true. Serialised, so concurrent writers do not evict one file each for
+  // the same shortfall; the engine clears the hook before it goes away.
+  void SetReclaimer(std::function<bool()> reclaim) {
+    std::lock_guard lock(reclaim_mu_);
+    reclaim_ = std::move(reclaim);
+  }
+  bool Reclaim() {
+    std::lock_guard lock(reclaim_mu_);
+    return reclaim_ && !closed_ && reclaim_();
+  }
+
  private:
   EngineOptions options_;
   std::vector<std::unique_ptr<Device>> devices_;
@@ -80,6 +94,8 @@ class EngineContext {
   std::atomic<uint32_t> next_first_{0};
   std::atomic<bool> closed_{false};
   EngineCounters counters_;
+  std::mutex reclaim_mu_;
+  std::function<bool()> reclaim_;
 };
 
 }  // namespace kvfs

@@ -33,6 +33,12 @@ struct EngineOptions {
   uint32_t queue_depth = 16;         // io_uring depth per thread
   uint64_t journal_checkpoint_bytes = 64ull << 20;  // checkpoint when the journal passes this
   uint32_t async_commit_ms = 50;     // group-commit interval with durability=async
+  // Bounded cache (DESIGN §6): when used bytes pass high_watermark x capacity after a publish,
+  // files are evicted in `eviction` policy order ("lru", "lfu", "fifo", "prefix") down to
+  // low_watermark x capacity. Pinned files (kFlagPinned) are never evicted.
+  std::string eviction = "lru";
+  double high_watermark = 0.90;
+  double low_watermark = 0.80;
   std::shared_ptr<IoFaultInjector> fault_injector;  // tests only: sees every device I/O
 };
 

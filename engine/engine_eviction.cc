@@ -1,0 +1,178 @@
+#include "engine_eviction.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kvfs {
+
+uint64_t AllocatedBytes(const Layout& layout) {
+  uint64_t bytes = 0;
+  for (const Segment& s : layout.segments) bytes += (uint64_t{s.stored_len} + 4095) / 4096 * 4096;
+  return bytes;
+}
+
+Result<std::unique_ptr<EngineEviction>> EngineEviction::Make(const EngineOptions& options) {
+  const double high = options.high_watermark, low = options.low_watermark;
+  if (!(high > 0.0 && high <= 1.0) || !(low > 0.0 && low < high)) {
+    return Status::Invalid("watermarks must satisfy 0 < low < high <= 1 (got low " +
+                           std::to_string(low) + ", high " + std::to_string(high) + ")");
+  }
+  KVFS_ASSIGN_OR_RETURN(auto policy, eviction::MakePolicy(options.eviction));
+  return std::unique_ptr<EngineEviction>(new EngineEviction(std::move(policy), high, low));
+}
+
+void EngineEviction::TrackRecord(const ObjectRecord& rec) {
+  const bool pin = (rec.flags & kFlagPinned) != 0;
+  if (rec.type != ObjectType::kFile || !rec.layout) {
+    Untrack(rec.id);
+    return;
+  }
+  auto it = entries_.find(rec.id);
+  if (it == entries_.end() || it->second.layout.lock() != rec.layout) {
+    // A new version (not a rename or a flag update, which carry the same layout).
+    eviction::TrackHints hints;
+    hints.parent = rec.prefix_parent;
+    Entry& e = entries_[rec.id];
+    e.layout = rec.layout;
+    e.bytes = AllocatedBytes(*rec.layout);
+    // Pin before Track so a pinned file never appears in the eviction order.
+    if (pin != e.pinned) policy_->SetPinned(rec.id, pin);
+    e.pinned = pin;
+    policy_->Track(rec.id, e.bytes, hints);
+    return;
+  }
+  if (it->second.pinned != pin) {
+    policy_->SetPinned(rec.id, pin);
+    it->second.pinned = pin;
+  }
+}
+
+void EngineEviction::Untrack(ObjectId id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  if (it->second.pinned) policy_->SetPinned(id, false);
+  policy_->Remove(id);
+  entries_.erase(it);
+}
+
+bool EngineEviction::pinned(ObjectId id) const {
+  auto it = entries_.find(id);
+  return it != entries_.end() && it->second.pinned;
+}
+
+void EngineEviction::OnApply(const MetaBatch& batch) {
+  for (ObjectId id : batch.removes) Untrack(id);
+  for (const ObjectRecord& rec : batch.puts) TrackRecord(rec);
+}
+
+void EngineEviction::Touch(ObjectId id, uint64_t stream, uint64_t now_ms) {
+  if (!entries_.count(id)) return;
+  eviction::AccessContext ctx;
+  ctx.stream = stream;
+  ctx.time_ms = now_ms;
+  policy_->Touch(id, ctx);
+}
+
+uint64_t EngineEviction::PendingFree() {
+  uint64_t bytes = 0;
+  std::erase_if(pending_, [](const auto& p) { return p.first.expired(); });
+  for (const auto& p : pending_) bytes += p.second;
+  return bytes;
+}
+
+void EngineEviction::NoteVictims(const std::vector<ObjectId>& victims) {
+  for (ObjectId id : victims) {
+    auto it = entries_.find(id);
+    if (it == entries_.end()) continue;
+    pending_.emplace_back(it->second.layout, it->second.bytes);
+    entries_.erase(it);
+  }
+}
+
+std::vector<ObjectId> EngineEviction::OverWatermark(uint64_t used, uint64_t capacity) {
+  if (capacity == 0) return {};
+  const uint64_t pending = PendingFree();
+  const uint64_t effective = used > pending ? used - pending : 0;
+  if (static_cast<double>(effective) <= high_ * static_cast<double>(capacity)) return {};
+  const auto low = static_cast<uint64_t>(low_ * static_cast<double>(capacity));
+  std::vector<ObjectId> victims = policy_->EvictBytes(effective - low);
+  NoteVictims(victims);
+  return victims;
+}
+
+std::vector<ObjectId> EngineEviction::Victims(size_t n) {
+  std::vector<ObjectId> victims = policy_->Evict(n);
+  NoteVictims(victims);
+  return victims;
+}
+
+void EngineEviction::Forget(ObjectId id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  pending_.emplace_back(it->second.layout, it->second.bytes);
+  Untrack(id);
+}
+
+PolicyState EngineEviction::Snapshot() const {
+  PolicyState state;
+  state.policy = std::string(policy_->name());
+  state.ids.reserve(entries_.size());
+  for (const auto& [id, e] : entries_) state.ids.push_back(id);
+  state.blob = policy_->Persist();
+  return state;
+}
+
+void EngineEviction::Recover(const std::string& data_dir,
+                             const std::vector<ObjectRecord>& records) {
+  std::vector<const ObjectRecord*> files;
+  for (const ObjectRecord& rec : records) {
+    if (rec.type == ObjectType::kFile && rec.layout) files.push_back(&rec);
+  }
+  std::unordered_set<ObjectId> known;  // ids the recovered policy state already holds
+  Result<PolicyState> loaded = PolicyStateFile::Load(data_dir);
+  if (!loaded.ok()) {
+    if (loaded.status().err() != ENOENT || !files.empty()) {
+      spdlog::warn("engine: eviction state not used ({}); rebuilding {} order from the index",
+                   loaded.status().message(), policy_->name());
+    }
+  } else if (loaded->policy != policy_->name()) {
+    spdlog::info(
+        "engine: eviction state was written by policy '{}'; rebuilding '{}' from the "
+        "index",
+        loaded->policy, policy_->name());
+  } else if (Status st = policy_->Recover(loaded->blob); !st.ok()) {
+    spdlog::warn("engine: eviction state rejected ({}); rebuilding from the index", st.message());
+  } else {
+    known.insert(loaded->ids.begin(), loaded->ids.end());
+  }
+  std::unordered_set<ObjectId> present;
+  for (const ObjectRecord* rec : files) present.insert(rec->id);
+  for (ObjectId id : known) {
+    if (!present.count(id)) policy_->Remove(id);  // unlinked or evicted after the state was saved
+  }
+  // Files the state never saw enter oldest first, so recency among them follows mtime.
+  std::vector<const ObjectRecord*> missing;
+  for (const ObjectRecord* rec : files) {
+    const bool pin = (rec->flags & kFlagPinned) != 0;
+    if (known.count(rec->id)) {
+      Entry& e = entries_[rec->id];
+      e.layout = rec->layout;
+      e.bytes = AllocatedBytes(*rec->layout);
+      // The blob's pin may be older than the journaled flag; the flag wins.
+      policy_->SetPinned(rec->id, pin);
+      e.pinned = pin;
+    } else {
+      missing.push_back(rec);
+    }
+  }
+  std::sort(missing.begin(), missing.end(), [](const ObjectRecord* a, const ObjectRecord* b) {
+    if (a->mtime.sec != b->mtime.sec) return a->mtime.sec < b->mtime.sec;
+    if (a->mtime.nsec != b->mtime.nsec) return a->mtime.nsec < b->mtime.nsec;
+    return a->id < b->id;
+  });
+  for (const ObjectRecord* rec : missing) TrackRecord(*rec);
+}
+
+}  // namespace kvfs

@@ -1,0 +1,75 @@
+// EngineEviction: the local engine's bounded-cache bookkeeping. It feeds the configured
+// EvictionPolicy (kvfs_eviction) from the batches the engine applies, decides when used bytes
+// passed the high watermark and which files go to reach the low one, and saves/restores the
+// policy's state beside the checkpoint. Not locked: the engine calls it under its index lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "eviction_policy.h"
+#include "kvfs/chunk_store.h"
+#include "kvfs/local_engine.h"
+#include "policy_state.h"
+
+namespace kvfs {
+
+class EngineEviction {
+ public:
+  // EINVAL for an unknown policy or watermarks outside 0 < low < high <= 1.
+  static Result<std::unique_ptr<EngineEviction>> Make(const EngineOptions& options);
+
+  // Rebuilds the policy at open: the persisted state when it is valid and written by the same
+  // policy, reconciled with the index's records (files it lacks are tracked oldest mtime
+  // first, ids the index lost are removed); otherwise from the records alone (logged).
+  void Recover(const std::string& data_dir, const std::vector<ObjectRecord>& records);
+
+  // Keeps the policy in step with an applied batch: a newly published layout is tracked,
+  // a pin flag change pins/unpins, removed or emptied files are forgotten.
+  void OnApply(const MetaBatch& batch);
+  void Touch(ObjectId id, uint64_t stream, uint64_t now_ms);
+  bool tracked(ObjectId id) const { return entries_.count(id) != 0; }
+  bool pinned(ObjectId id) const;
+
+  // When `used` passed the high watermark of `capacity`: the victims (policy order) that bring
+  // it to the low watermark. Bytes of earlier victims whose extents are not free yet (commit
+  // pending, or an open reader) are not counted again, so one eviction is not repeated.
+  std::vector<ObjectId> OverWatermark(uint64_t used, uint64_t capacity);
+  // Up to `n` victims regardless of watermarks (a writer hit ENOSPC). Empty: nothing evictable.
+  std::vector<ObjectId> Victims(size_t n);
+  // Takes one id out of the policy for an explicit eviction (user.kvfs.evict).
+  void Forget(ObjectId id);
+
+  PolicyState Snapshot() const;
+  std::string_view policy_name() const { return policy_->name(); }
+  double high_watermark() const { return high_; }
+  double low_watermark() const { return low_; }
+
+ private:
+  struct Entry {
+    std::weak_ptr<const Layout> layout;  // the tracked version: a republish is a new one
+    uint64_t bytes = 0;
+    bool pinned = false;
+  };
+  EngineEviction(std::unique_ptr<eviction::EvictionPolicy> policy, double high, double low)
+      : policy_(std::move(policy)), high_(high), low_(low) {}
+  void TrackRecord(const ObjectRecord& rec);
+  void Untrack(ObjectId id);
+  void NoteVictims(const std::vector<ObjectId>& victims);
+  uint64_t PendingFree();
+
+  std::unique_ptr<eviction::EvictionPolicy> policy_;
+  double high_, low_;
+  std::unordered_map<ObjectId, Entry> entries_;
+  // Victims whose extents may still be allocated: (layout, bytes).
+  std::vector<std::pair<std::weak_ptr<const Layout>, uint64_t>> pending_;
+};
+
+// Bytes a layout holds on the devices (each segment's extent is its stored length rounded up
+// to 4 KiB).
+uint64_t AllocatedBytes(const Layout& layout);
+
+}  // namespace kvfs
