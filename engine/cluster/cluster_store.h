@@ -67,7 +67,7 @@ class ClusterStore : public ChunkStore, public RequestHandler {
   // Stops serving and pinging. Idempotent; the destructor calls it.
   void Shutdown();
 
-  void SetListener(ClusterListener* listener) { listener_.store(listener); }
+  void SetClusterListener(ClusterListener* listener) { listener_.store(listener); }
   ClusterCounters counters() const;
   Membership* membership() { return membership_.get(); }
   NodeId self() const { return options_.self; }

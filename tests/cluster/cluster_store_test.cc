@@ -95,7 +95,7 @@ class ClusterStoreTest : public ::testing::Test {
   Status Open(int i) {
     Node& n = node(i);
     KVFS_ASSIGN_OR_RETURN(n.store, ClusterStore::Open(n.local.get(), Options(n.id)));
-    n.store->SetListener(&n.listener);
+    n.store->SetClusterListener(&n.listener);
     KVFS_ASSIGN_OR_RETURN(n.port, n.store->Listen("127.0.0.1", n.port));
     return Status::Ok();
   }
