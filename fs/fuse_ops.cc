@@ -179,6 +179,8 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   auto fh = c.ns->Open(ino, fi->flags);
   if (!fh.ok()) return ReplyStatus(req, fh.status());
+  // A read of a published version is a hit for the eviction policy (inode = object id).
+  if ((*fh)->layout) c.store->Touch(ino, static_cast<uint64_t>(fuse_req_ctx(req)->pid));
   fi->fh = reinterpret_cast<uintptr_t>(*fh);
   fi->direct_io = (*fh)->direct_io;
   fi->keep_cache = (*fh)->keep_cache;

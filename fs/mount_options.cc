@@ -90,6 +90,13 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
       ->check(CLI::IsMember({"close", "async"}));
   app.add_option("--compress", compression, "Segment compression: off, lz4 or auto")
       ->check(CLI::IsMember({"off", "lz4", "auto"}));
+  app.add_option("--eviction", opts.eviction,
+                 "Eviction policy when the cache is full: lru (default), lfu, fifo, prefix")
+      ->check(CLI::IsMember({"lru", "lfu", "fifo", "prefix"}));
+  app.add_option("--high-watermark", opts.high_watermark,
+                 "Evict once used space passes this fraction of capacity (default 0.90)");
+  app.add_option("--low-watermark", opts.low_watermark,
+                 "Evict down to this fraction of capacity (default 0.80; below the high one)");
   app.add_flag("-f,--foreground", opts.foreground, "Stay in the foreground, log to stderr");
   app.add_option("-o", opts.fuse_options, "FUSE mount options (comma-separated, repeatable)");
   app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error")
@@ -121,6 +128,10 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
     if (*size < (16ull << 20)) return fail("--capacity must be at least 16M");
     opts.capacity = *size;
   }
+  if (!(opts.high_watermark > 0.0 && opts.high_watermark <= 1.0))
+    return fail("--high-watermark must be a fraction in (0, 1]");
+  if (!(opts.low_watermark > 0.0 && opts.low_watermark < opts.high_watermark))
+    return fail("--low-watermark must be above 0 and below --high-watermark");
   for (const auto& d : devices) {
     auto spec = ParseDevice(d);
     if (!spec.ok()) return fail(spec.status().message());

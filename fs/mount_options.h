@@ -20,6 +20,9 @@ struct MountOptions {
   std::vector<DeviceSpec> devices;  // empty: one device file under data_dir
   Durability durability = Durability::kClose;
   Compression compression = Compression::kOff;
+  std::string eviction = "lru";  // bounded cache policy: lru, lfu, fifo, prefix
+  double high_watermark = 0.90;  // evict when used bytes pass this share of capacity...
+  double low_watermark = 0.80;   // ...down to this share
   bool foreground = false;
   std::vector<std::string> fuse_options;  // each -o value, passed to libfuse as given
   std::string log_level = "info";

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +42,10 @@ void MountTest::TearDown() {
 
 void MountTest::Start(const std::vector<std::string>& extra) {
   ASSERT_EQ(pid_, -1) << "daemon already running";
-  std::vector<std::string> argv = {KVFS_BIN, mnt_, "--data",      data_,  "--capacity",
-                                   "256M",   "-f", "--log-level", "debug"};
+  std::vector<std::string> argv = {KVFS_BIN, mnt_, "--data", data_, "-f", "--log-level", "debug"};
+  // A test may ask for its own capacity (e.g. a small one to make the cache evict).
+  if (std::find(extra.begin(), extra.end(), "--capacity") == extra.end())
+    argv.insert(argv.end(), {"--capacity", "256M"});
   if (memory_store()) argv.insert(argv.end(), {"--store", "memory"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::string log = base_ + "/daemon.log";

@@ -1,0 +1,118 @@
+// kvfs as a bounded cache, through the mount: a small --capacity with 4 MiB files, eviction to
+// the low watermark in policy order, evicted names missing, open readers unaffected.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "mount_fixture.h"
+
+namespace kvfs::fs::testing {
+namespace {
+
+constexpr size_t kFile = 4 << 20;
+
+class EvictionMountTest : public MountTest {
+ protected:
+  // Remounts on a fresh 64 MiB data directory with the given eviction options.
+  void Remount(std::vector<std::string> extra) {
+    Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(data_, ec);
+    extra.insert(extra.end(), {"--capacity", "64M"});
+    Start(extra);
+  }
+  nlohmann::json Status() { return nlohmann::json::parse(ReadFile(P(".kvfs/status"))); }
+  uint64_t Evictions() { return Status()["evictions"].get<uint64_t>(); }
+  bool Exists(const std::string& name) {
+    struct stat st;
+    return ::stat(P(name).c_str(), &st) == 0;
+  }
+  static std::string Name(int i) { return "c" + std::to_string(i); }
+  // Writes c<first>, c<first+1>, ... until the first eviction; `each` runs after every file.
+  int FillUntilEviction(int first, const std::function<void()>& each = {}) {
+    int i = first;
+    for (; Evictions() == 0 && i < first + 40; ++i) {
+      WriteFile(P(Name(i)), RandomBytes(kFile, i));
+      if (each) each();
+    }
+    return i;
+  }
+};
+
+TEST_F(EvictionMountTest, WritingPastTheHighWatermarkEvictsDownToTheLowOne) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "lru", "--high-watermark", "0.9", "--low-watermark", "0.6"});
+  for (int i = 0; i < 20; ++i) WriteFile(P(Name(i)), RandomBytes(kFile, i));
+  const auto s = Status();
+  EXPECT_EQ(s["eviction_policy"], "lru");
+  EXPECT_DOUBLE_EQ(s["high_watermark"].get<double>(), 0.9);
+  EXPECT_DOUBLE_EQ(s["low_watermark"].get<double>(), 0.6);
+  EXPECT_GT(s["evictions"].get<uint64_t>(), 0u);
+  const double cap = s["capacity_bytes"].get<double>();
+  EXPECT_LE(s["used_bytes"].get<double>(), 0.9 * cap);
+  // Never read: the oldest went first; the evicted name misses, the newest is intact.
+  errno = 0;
+  struct stat st;
+  EXPECT_NE(::stat(P(Name(0)).c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(ReadFile(P(Name(19))), RandomBytes(kFile, 19));
+  std::string out;
+  EXPECT_EQ(Shell(std::string(KVFSCTL_BIN) + " status " + mnt_ + " --json", &out), 0);
+  EXPECT_NE(out.find("\"eviction_policy\""), std::string::npos) << out;
+}
+
+TEST_F(EvictionMountTest, LruKeepsTheFileThatIsRead) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "lru"});
+  WriteFile(P(Name(0)), RandomBytes(kFile, 0));
+  WriteFile(P(Name(1)), RandomBytes(kFile, 1));
+  FillUntilEviction(2, [&] { (void)ReadFile(P(Name(0))); });
+  EXPECT_TRUE(Exists(Name(0)));
+  EXPECT_FALSE(Exists(Name(1)));
+  EXPECT_EQ(ReadFile(P(Name(0))), RandomBytes(kFile, 0));
+}
+
+TEST_F(EvictionMountTest, FifoEvictsTheOldestEvenWhenRead) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "fifo"});
+  WriteFile(P(Name(0)), RandomBytes(kFile, 0));
+  WriteFile(P(Name(1)), RandomBytes(kFile, 1));
+  FillUntilEviction(2, [&] { (void)ReadFile(P(Name(0))); });
+  EXPECT_FALSE(Exists(Name(0)));
+}
+
+TEST_F(EvictionMountTest, AnEvictedFileOpenForReadingStaysReadable) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "fifo"});
+  const std::string want = RandomBytes(kFile, 0);
+  WriteFile(P(Name(0)), want);
+  int fd = ::open(P(Name(0)).c_str(), O_RDONLY | O_DIRECT);
+  ASSERT_GE(fd, 0);
+  FillUntilEviction(1);
+  EXPECT_FALSE(Exists(Name(0)));
+  std::string got(kFile, '\0');
+  void* buf = nullptr;
+  ASSERT_EQ(posix_memalign(&buf, 4096, kFile), 0);
+  EXPECT_EQ(::pread(fd, buf, kFile, 0), static_cast<ssize_t>(kFile));
+  got.assign(static_cast<char*>(buf), kFile);
+  free(buf);
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(::close(fd), 0);
+}
+
+TEST_F(EvictionMountTest, RejectsBadWatermarks) {
+  std::string out;
+  EXPECT_EQ(
+      Shell(std::string(KVFS_BIN) + " " + mnt_ + " --high-watermark 0.5 --low-watermark 0.7 2>&1",
+            &out),
+      2);
+  EXPECT_NE(out.find("--low-watermark"), std::string::npos) << out;
+  EXPECT_EQ(Shell(std::string(KVFS_BIN) + " " + mnt_ + " --eviction random 2>&1", &out), 2);
+}
+
+}  // namespace
+}  // namespace kvfs::fs::testing
