@@ -4,6 +4,15 @@ namespace kvfs {
 
 void Index::Account(const ObjectRecord& rec, int sign) {
   if (rec.type != ObjectType::kFile) return;
+  uint64_t stored = 0;
+  if (rec.layout) {
+    for (const Segment& seg : rec.layout->segments) stored += seg.stored_len;
+  }
+  if (sign > 0) {
+    stored_bytes_ += stored;
+  } else {
+    stored_bytes_ -= stored;
+  }
   if (sign > 0) {
     ++files_;
     logical_bytes_ += rec.size();
@@ -54,6 +63,15 @@ void Index::Clear(std::vector<LayoutRef>* dropped) {
   records_.clear();
   files_ = 0;
   logical_bytes_ = 0;
+  stored_bytes_ = 0;
+}
+
+ObjectId Index::FindByLayout(const Layout* layout) const {
+  if (!layout) return kInvalidId;
+  for (const auto& [id, rec] : records_) {
+    if (rec.layout.get() == layout) return id;
+  }
+  return kInvalidId;
 }
 
 }  // namespace kvfs

@@ -22,12 +22,17 @@ class Index {
   size_t objects() const { return records_.size(); }
   uint64_t files() const { return files_; }
   uint64_t logical_bytes() const { return logical_bytes_; }
+  uint64_t stored_bytes() const { return stored_bytes_; }
+  // The id of the record holding this layout, or kInvalidId. A linear scan: only the rare
+  // corruption path needs it, so no reverse map is kept on the hot path.
+  ObjectId FindByLayout(const Layout* layout) const;
 
  private:
   void Account(const ObjectRecord& rec, int sign);
   std::unordered_map<ObjectId, ObjectRecord> records_;
   uint64_t files_ = 0;
   uint64_t logical_bytes_ = 0;
+  uint64_t stored_bytes_ = 0;
 };
 
 }  // namespace kvfs

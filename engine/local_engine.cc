@@ -22,8 +22,10 @@
 #include "checkpoint.h"
 #include "chunk_writer.h"
 #include "engine_context.h"
+#include "engine_eviction.h"
 #include "index.h"
 #include "journal.h"
+#include "policy_state.h"
 #include "record_codec.h"
 #include "recovery.h"
 
@@ -41,6 +43,8 @@ Status ValidateOptions(const EngineOptions& o) {
     return Status::Invalid("queue depth must be between 1 and 1024");
   }
   if (o.devices.size() > 4096) return Status::Invalid("too many devices");
+  // Eviction policy and watermarks, before anything is created on disk.
+  if (auto ev = EngineEviction::Make(o); !ev.ok()) return ev.status();
   if (o.devices.empty() && o.capacity == 0) {
     // Only a problem for a new engine; an existing device keeps its size.
     struct stat st {};
@@ -77,8 +81,12 @@ class LocalEngineImpl final : public LocalEngine {
   Status Apply(const MetaBatch& batch) override;
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
+  Status Verify(const LayoutRef& layout) override;
+  void SetListener(StoreListener* listener) override { listener_ = listener; }
   StoreStats Stats() const override;
   Status Sync() override;
+  void Touch(ObjectId id, uint64_t stream) override;
+  Status Evict(ObjectId id) override;
 
  private:
   struct PendingCommit {
@@ -88,7 +96,14 @@ class LocalEngineImpl final : public LocalEngine {
   };
 
   Status Validate(const MetaBatch& batch) const;
+  Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len);
+  void DropCorrupt(const LayoutRef& layout, const Status& why);
   uint64_t Enqueue(std::string encoded, std::vector<LayoutRef> dropped);  // mu_ held
+  // Bounded cache: journals the removal of evicted files (mu_ held) and tells the listener
+  // (no lock held). Reclaim evicts for a writer that found no free extent.
+  uint64_t RemoveEvicted(const std::vector<ObjectId>& victims);
+  void NotifyEvicted(const std::vector<ObjectId>& victims);
+  bool Reclaim();
   void CommitLoop();
   Status CommitRecords(const std::vector<PendingCommit>& batch);
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
@@ -106,17 +121,22 @@ class LocalEngineImpl final : public LocalEngine {
   uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
   Status checkpoint_status_;
   bool stop_ = false;
+  bool flush_requested_ = false;  // commit now even with durability=async (Reclaim waits)
+  std::unique_ptr<EngineEviction> eviction_;  // under mu_
   // Ids below this are covered by a journaled watermark; written under mu_, read lock-free.
   std::atomic<uint64_t> id_limit_{0};
 
   std::atomic<uint64_t> next_id_{kRootId + 1};
   std::atomic<uint64_t> journal_bytes_{0};
+  std::atomic<uint64_t> corrupt_dropped_{0};
+  std::atomic<StoreListener*> listener_{nullptr};
   std::unique_ptr<Journal> journal_;  // the committer's, after Start
   std::vector<LayoutRef> leaked_;     // dropped by a batch that never became durable
   std::thread committer_;
 };
 
 LocalEngineImpl::~LocalEngineImpl() {
+  if (ctx_) ctx_->SetReclaimer(nullptr);  // writers that outlive the engine get ENOSPC
   if (committer_.joinable()) {
     {
       std::lock_guard lock(mu_);
@@ -138,6 +158,7 @@ LocalEngineImpl::~LocalEngineImpl() {
 }
 
 Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<Device>> devices) {
+  KVFS_ASSIGN_OR_RETURN(eviction_, EngineEviction::Make(options_));
   ctx_ = std::make_shared<EngineContext>(options_, std::move(devices));
   // Rebuild free space from the recovered layouts; a record whose extents are impossible is
   // dropped (and logged) rather than allowed to corrupt others: kvfs is a cache.
@@ -166,6 +187,8 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   }
   next_id_ = state.next_id;
   id_limit_ = state.next_id;
+  eviction_->Recover(options_.data_dir, index_.Snapshot());
+  ctx_->SetReclaimer([this] { return Reclaim(); });
   KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(options_.data_dir, state.journal_number,
                                                          state.journal_valid_bytes));
   KVFS_RETURN_IF_ERROR(SyncDirectory(options_.data_dir));
@@ -255,13 +278,86 @@ Status LocalEngineImpl::Apply(const MetaBatch& batch) {
   if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
   std::vector<LayoutRef> dropped;
   index_.Apply(batch, &dropped);
+  eviction_->OnApply(batch);
   const uint64_t seq = Enqueue(std::move(encoded), std::move(dropped));
   ctx_->counters().writes.fetch_add(published);
+  std::vector<ObjectId> victims;
+  if (published > 0) {
+    victims = eviction_->OverWatermark(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
+    if (!victims.empty()) RemoveEvicted(victims);
+  }
   work_cv_.notify_one();
-  if (options_.durability == Durability::kAsync) return Status::Ok();
-  done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
-  if (durable_seq_ >= seq) return Status::Ok();
-  return commit_error_;
+  Status result = Status::Ok();
+  if (options_.durability == Durability::kClose) {
+    done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
+    if (durable_seq_ < seq) result = commit_error_;
+  }
+  lock.unlock();
+  NotifyEvicted(victims);
+  return result;
+}
+
+uint64_t LocalEngineImpl::RemoveEvicted(const std::vector<ObjectId>& victims) {
+  MetaBatch batch;
+  batch.removes = victims;
+  std::string encoded;
+  Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
+  std::vector<LayoutRef> dropped;
+  index_.Apply(batch, &dropped);
+  ctx_->counters().evictions.fetch_add(victims.size());
+  return Enqueue(std::move(encoded), std::move(dropped));
+}
+
+void LocalEngineImpl::NotifyEvicted(const std::vector<ObjectId>& victims) {
+  if (victims.empty()) return;
+  spdlog::debug("engine: evicted {} files", victims.size());
+  if (StoreListener* l = listener_.load()) {
+    for (ObjectId id : victims) l->OnEvicted(id);
+  }
+}
+
+bool LocalEngineImpl::Reclaim() {
+  std::vector<ObjectId> victims;
+  {
+    std::unique_lock lock(mu_);
+    if (stop_ || !commit_error_.ok()) return false;
+    victims = eviction_->Victims(1);
+    if (victims.empty()) return false;  // everything left is pinned
+    const uint64_t seq = RemoveEvicted(victims);
+    // The victim's extents are reusable only once the record that freed them is durable.
+    flush_requested_ = true;
+    work_cv_.notify_one();
+    done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
+  }
+  NotifyEvicted(victims);
+  return true;
+}
+
+void LocalEngineImpl::Touch(ObjectId id, uint64_t stream) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  std::lock_guard lock(mu_);
+  eviction_->Touch(id, stream, static_cast<uint64_t>(now.count()));
+}
+
+Status LocalEngineImpl::Evict(ObjectId id) {
+  std::vector<ObjectId> victims{id};
+  {
+    std::unique_lock lock(mu_);
+    if (!commit_error_.ok()) return Status::IoError("journal failed earlier");
+    if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
+    if (!eviction_->tracked(id)) return Status::Invalid("not a published file with data");
+    if (eviction_->pinned(id)) return Status::Error(EPERM, "file is pinned");
+    eviction_->Forget(id);
+    const uint64_t seq = RemoveEvicted(victims);
+    work_cv_.notify_one();
+    if (options_.durability == Durability::kClose) {
+      done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
+      if (durable_seq_ < seq) return commit_error_;
+    }
+  }
+  NotifyEvicted(victims);
+  return Status::Ok();
 }
 
 void LocalEngineImpl::CommitLoop() {
@@ -269,7 +365,7 @@ void LocalEngineImpl::CommitLoop() {
   std::unique_lock lock(mu_);
   for (;;) {
     auto wake = [&] {
-      return stop_ || checkpoint_requests_ > checkpoints_done_ ||
+      return stop_ || checkpoint_requests_ > checkpoints_done_ || flush_requested_ ||
              (!queue_.empty() && options_.durability == Durability::kClose);
     };
     if (options_.durability == Durability::kAsync) {
@@ -281,6 +377,7 @@ void LocalEngineImpl::CommitLoop() {
     const uint64_t ckpt_request = checkpoint_requests_;
     if (queue_.empty() && ckpt_request == checkpoints_done_ && !stopping) continue;
 
+    flush_requested_ = false;
     std::vector<PendingCommit> batch = std::move(queue_);
     queue_.clear();
     uint64_t batch_bytes = 0, max_seq = 0;
@@ -292,7 +389,9 @@ void LocalEngineImpl::CommitLoop() {
                             journal_->size() + batch_bytes > options_.journal_checkpoint_bytes;
     std::vector<ObjectRecord> snapshot;
     uint64_t snapshot_next_id = 0;
+    PolicyState policy_state;
     if (checkpoint && commit_error_.ok()) {
+      policy_state = eviction_->Snapshot();
       // Taken together with the queue swap: the snapshot holds exactly the batches written
       // to the current journal, and later batches go to the next one.
       snapshot = index_.Snapshot();
@@ -308,6 +407,10 @@ void LocalEngineImpl::CommitLoop() {
     } else if (st.ok() && checkpoint) {
       ckpt_st = WriteCheckpoint(snapshot, snapshot_next_id);
       if (!ckpt_st.ok()) spdlog::error("engine: checkpoint failed: {}", ckpt_st.ToString());
+      // Best effort: without it the policy's order is rebuilt from the index at open.
+      if (Status ps = PolicyStateFile::Write(options_.data_dir, policy_state); !ps.ok()) {
+        spdlog::warn("engine: cannot save the eviction state: {}", ps.ToString());
+      }
     } else if (!st.ok()) {
       ckpt_st = st;
     }
@@ -385,8 +488,59 @@ Result<std::unique_ptr<ChunkWriter>> LocalEngineImpl::NewWriter(LayoutRef base) 
   return std::unique_ptr<ChunkWriter>(std::make_unique<EngineChunkWriter>(ctx_, std::move(base)));
 }
 
+// Bad stored bytes (as opposed to a failed device I/O, which may be transient): the segment
+// codec reports them as "checksum mismatch ..." or "corruption: ...".
+bool IsBadData(const Status& st) {
+  const std::string& m = st.message();
+  return m.rfind("checksum mismatch", 0) == 0 || m.rfind("corruption:", 0) == 0;
+}
+
 Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, void* out,
                                      size_t len) {
+  Result<size_t> r = ReadChecked(layout, offset, out, len);
+  if (!r.ok() && IsBadData(r.status())) DropCorrupt(layout, r.status());
+  return r;
+}
+
+Status LocalEngineImpl::Verify(const LayoutRef& layout) {
+  if (!layout) return Status::Ok();
+  const uint64_t seg = options_.segment_size;
+  std::vector<uint8_t> buf(seg);
+  for (uint64_t off = 0; off < layout->size; off += seg) {
+    Result<size_t> r = Read(layout, off, buf.data(), buf.size());
+    if (!r.ok()) return r.status();
+  }
+  return Status::Ok();
+}
+
+void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
+  ObjectId id = kInvalidId;
+  {
+    std::lock_guard lock(mu_);
+    id = index_.FindByLayout(layout.get());
+    if (id == kInvalidId || stop_ || !commit_error_.ok()) {
+      // Already dropped (a second reader of the same file) or replaced: nothing to journal.
+      id = kInvalidId;
+    } else {
+      MetaBatch batch;
+      batch.removes.push_back(id);
+      std::string encoded;
+      Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
+      std::vector<LayoutRef> dropped;
+      index_.Apply(batch, &dropped);
+      // Not waited for: a crash before the commit only means the next read finds it again.
+      Enqueue(std::move(encoded), std::move(dropped));
+      work_cv_.notify_one();
+    }
+  }
+  if (id == kInvalidId) return;
+  corrupt_dropped_.fetch_add(1);
+  spdlog::error("engine: dropped object {}: {}", id, why.message());
+  if (StoreListener* l = listener_.load()) l->OnDropped(id);
+}
+
+Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t offset, void* out,
+                                            size_t len) {
   if (!layout || offset >= layout->size || len == 0) return size_t{0};
   if (!ctx_->space().Owns(layout)) return Status::Invalid("layout was not made by this engine");
   const uint64_t seg = options_.segment_size;
@@ -418,6 +572,7 @@ StoreStats LocalEngineImpl::Stats() const {
     s.logical_bytes = index_.logical_bytes();
     s.objects = index_.objects();
     s.files = index_.files();
+    s.stored_bytes = index_.stored_bytes();
   }
   EngineCounters& c = ctx_->counters();
   s.reads = c.reads.load();
@@ -425,7 +580,11 @@ StoreStats LocalEngineImpl::Stats() const {
   s.bytes_read = c.bytes_read.load();
   s.bytes_written = c.bytes_written.load();
   s.checksum_failures = c.checksum_failures.load();
+  s.corrupt_dropped = corrupt_dropped_.load();
   s.evictions = c.evictions.load();
+  s.eviction_policy = std::string(eviction_->policy_name());
+  s.high_watermark = eviction_->high_watermark();
+  s.low_watermark = eviction_->low_watermark();
   s.journal_bytes = journal_bytes_.load();
   s.segment_size = options_.segment_size;
   for (const auto& d : ctx_->devices()) s.devices.push_back(d->path());

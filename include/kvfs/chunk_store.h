@@ -51,10 +51,27 @@ struct StoreStats {
   uint64_t reads = 0, writes = 0;  // chunk read calls, published versions
   uint64_t bytes_read = 0, bytes_written = 0;
   uint64_t checksum_failures = 0;
-  uint64_t evictions = 0;
+  uint64_t corrupt_dropped = 0;  // records the store removed because their data was corrupt
+  uint64_t stored_bytes = 0;     // on-device payload bytes of published files (after codec)
+  uint64_t evictions = 0;        // files the bounded cache evicted (incl. explicit evictions)
+  std::string eviction_policy;   // empty: the store does not evict
+  double high_watermark = 0, low_watermark = 0;  // fractions of capacity_bytes
   uint64_t journal_bytes = 0;
   uint64_t segment_size = 0;
   std::vector<std::string> devices;
+};
+
+// Told about records the store removed on its own (not through Apply), so the fs layer can
+// drop the names from its namespace and the kernel's caches. Called without store locks held,
+// from whichever thread noticed; must not call back into the store synchronously with Apply.
+class StoreListener {
+ public:
+  virtual ~StoreListener() = default;
+  // The record's data failed its checksum; its removal is already journaled.
+  virtual void OnDropped(ObjectId /*id*/) {}
+  // The bounded cache evicted the record (or Evict() was called); the removal is journaled.
+  // Called from the thread whose Apply, write or Evict made room.
+  virtual void OnEvicted(ObjectId /*id*/) {}
 };
 
 class ChunkStore {
@@ -74,8 +91,26 @@ class ChunkStore {
   // published version for an overwrite without O_TRUNC, null for a new or truncated file.
   virtual Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) = 0;
   // Reads published content; every byte returned was checksum-verified. A mismatch gives EIO.
-  virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out,
-                              size_t len) = 0;
+  virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
+
+  // Reads every segment of a layout, checking checksums and decoding. EIO when any segment is
+  // corrupt; then, like a failed Read, the owning record is dropped and the listener told.
+  // Stores that cannot verify say EOPNOTSUPP.
+  virtual Status Verify(const LayoutRef& /*layout*/) {
+    return Status::Error(EOPNOTSUPP, "this store cannot verify");
+  }
+  // The listener outlives the store's use of it; null detaches. Stores that never drop records
+  // on their own ignore it.
+  virtual void SetListener(StoreListener* /*listener*/) {}
+
+  // A read hit on a published file (opened for reading) for the eviction policy; `stream` is
+  // the reader (its pid). Stores without eviction ignore it.
+  virtual void Touch(ObjectId /*id*/, uint64_t /*stream*/) {}
+  // Evicts one published file now (journaled remove, counted, listener told). EPERM when it is
+  // pinned, EINVAL when it is not a file with data, EOPNOTSUPP for stores that do not evict.
+  virtual Status Evict(ObjectId /*id*/) {
+    return Status::Error(EOPNOTSUPP, "this store does not evict");
+  }
 
   virtual StoreStats Stats() const = 0;
   // Flushes the journal and writes a checkpoint (clean shutdown, kvfsctl).
