@@ -77,6 +77,8 @@ class Control {
   // The user.kvfs.* xattrs: names for listxattr, a value for getxattr (ENODATA when unknown).
   static std::vector<std::string> XattrNames();
   Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // user.kvfs.verify: reads and checks every segment of the published version; "ok" or EIO.
+  Result<std::string> Verify(uint64_t ino);
 
  private:
   struct Registered {

@@ -27,6 +27,7 @@
 #include "namespace.h"
 #include "notifier.h"
 #include "session.h"
+#include "store_events.h"
 
 namespace kvfs::fs {
 namespace {
@@ -97,6 +98,9 @@ Result<std::unique_ptr<ChunkStore>> OpenStore(const MountOptions& o) {
   e.capacity = o.capacity;
   e.durability = o.durability;
   e.compression = o.compression;
+  e.eviction = o.eviction;
+  e.high_watermark = o.high_watermark;
+  e.low_watermark = o.low_watermark;
   KVFS_ASSIGN_OR_RETURN(auto engine, LocalEngine::Open(e));
   return std::unique_ptr<ChunkStore>(std::move(engine));
 }
@@ -124,6 +128,8 @@ int Run(MountOptions o, int ready_fd) {
   Notifier notifier;
   Namespace ns(store->get(), &notifier);
   if (Status st = ns.Load(); !st.ok()) return reporter.Fail("cannot load: " + st.ToString());
+  StoreEvents events(&ns);
+  (*store)->SetListener(&events);
 
   DaemonInfo info;
   info.mountpoint = o.mountpoint;
@@ -149,6 +155,7 @@ int Run(MountOptions o, int ready_fd) {
   spdlog::info("kvfs: loop ended ({}), unmounting", rc);
   notifier.Stop();
   session->reset();  // unmount and destroy the session before the namespace goes away
+  (*store)->SetListener(nullptr);
 
   int exit_code = 0;
   if (Status st = ns.PersistLazy(); !st.ok()) {

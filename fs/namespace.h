@@ -43,6 +43,8 @@ class InvalidationSink {
  public:
   virtual ~InvalidationSink() = default;
   virtual void InvalidateInode(uint64_t ino, bool data) = 0;
+  // A name vanished without a request from the kernel (the store dropped its record).
+  virtual void InvalidateEntry(uint64_t /*parent*/, const std::string& /*name*/) {}
 };
 
 // The staging of the next version of one file, shared by every handle open for writing on it.
@@ -140,6 +142,14 @@ class Namespace {
   bool Journaled(uint64_t ino);
   // Persists times changed in memory only (atime, directory mtimes). Called at shutdown.
   Status PersistLazy();
+  // The store removed this record on its own (namespace_drop.cc): unlinks the name without
+  // journaling anything and tells the kernel to forget the entry. Open handles keep working.
+  void DropRecord(ObjectId id);
+  // The store evicted this record (namespace_evict.cc): like DropRecord, and the inode drops
+  // its layout reference so the space frees once open handles close.
+  void DropEvicted(ObjectId id);
+  // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
+  Status SetPinned(uint64_t ino, bool pinned);
 
   // --- open files (file_handle.cc)
   // A new, unpublished file open for writing (flags as in open(2)).

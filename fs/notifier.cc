@@ -29,11 +29,29 @@ void Notifier::InvalidateInode(uint64_t ino, bool data) {
   cv_.notify_one();
 }
 
+void Notifier::InvalidateEntry(uint64_t parent, const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    if (!se_ || stop_) return;
+    entries_.emplace_back(parent, name);
+  }
+  cv_.notify_one();
+}
+
 void Notifier::Run() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !entries_.empty(); });
     if (stop_) return;
+    if (!entries_.empty()) {
+      auto [parent, name] = std::move(entries_.front());
+      entries_.pop_front();
+      lock.unlock();
+      int rc = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
+      if (rc != 0 && rc != -ENOENT) spdlog::debug("inval_entry {}/{} failed: {}", parent, name, rc);
+      lock.lock();
+      continue;
+    }
     auto [ino, data] = queue_.front();
     queue_.pop_front();
     lock.unlock();

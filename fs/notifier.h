@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "namespace.h"
@@ -22,6 +23,7 @@ class Notifier : public InvalidationSink {
   // Drains nothing more: pending notifications are dropped (the mount is going away).
   void Stop();
   void InvalidateInode(uint64_t ino, bool data) override;
+  void InvalidateEntry(uint64_t parent, const std::string& name) override;
 
  private:
   void Run();
@@ -30,6 +32,7 @@ class Notifier : public InvalidationSink {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<uint64_t, bool>> queue_;
+  std::deque<std::pair<uint64_t, std::string>> entries_;  // InvalidateEntry requests
   bool stop_ = false;
   std::thread thread_;
 };

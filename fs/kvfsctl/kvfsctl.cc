@@ -116,8 +116,11 @@ void PrintStatus(const nlohmann::json& s) {
               FormatSize(U(s, "bytes_read")).c_str());
   std::printf("  writes        %llu, %s\n", static_cast<unsigned long long>(U(s, "writes")),
               FormatSize(U(s, "bytes_written")).c_str());
-  std::printf("  checksum failures %llu\n",
-              static_cast<unsigned long long>(U(s, "checksum_failures")));
+  std::printf("  stored        %s on the devices, compression ratio %.2f\n",
+              FormatSize(U(s, "stored_bytes")).c_str(), s.value("compression_ratio", 1.0));
+  std::printf("  checksum failures %llu, corrupt files dropped %llu\n",
+              static_cast<unsigned long long>(U(s, "checksum_failures")),
+              static_cast<unsigned long long>(U(s, "corrupt_dropped")));
 }
 
 void PrintStat(const std::string& path, const nlohmann::json& s) {
@@ -178,6 +181,9 @@ int Stat(const std::string& path, bool json) {
 }
 
 }  // namespace
+
+int Verify(const std::vector<std::string>& paths, bool json);  // kvfsctl/verify.cc
+
 }  // namespace kvfs::fs
 
 int main(int argc, char** argv) {
@@ -194,6 +200,13 @@ int main(int argc, char** argv) {
   auto* stat = app.add_subcommand("stat", "where a file's bytes live: size, times, segments");
   stat->add_option("PATH", path, "a file on a kvfs mount")->required();
   stat->add_flag("--json", stat_json, "print the raw JSON");
+  std::vector<std::string> verify_paths;
+  bool verify_json = false;
+  auto* verify = app.add_subcommand(
+      "verify", "read and checksum every file under the paths; corrupt files are dropped");
+  verify->add_option("PATH", verify_paths, "a kvfs mount point, a directory or files in it")
+      ->required();
+  verify->add_flag("--json", verify_json, "print the report as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -202,6 +215,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (status->parsed()) return Status(mountpoint, status_json);
+    if (verify->parsed()) {
+      for (const auto& p : verify_paths) MountRootOf(p);  // exit 2 before any work
+      return Verify(verify_paths, verify_json);
+    }
     return Stat(path, stat_json);
   } catch (const Failure& f) {
     std::fprintf(stderr, "%s\n", f.message.c_str());

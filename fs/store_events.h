@@ -1,0 +1,20 @@
+// StoreEvents: the fs layer's StoreListener. Records the store removes on its own (corrupt
+// data) leave the namespace through Namespace::DropRecord.
+#pragma once
+
+#include "kvfs/chunk_store.h"
+#include "namespace.h"
+
+namespace kvfs::fs {
+
+class StoreEvents : public StoreListener {
+ public:
+  explicit StoreEvents(Namespace* ns) : ns_(ns) {}
+  void OnDropped(ObjectId id) override { ns_->DropRecord(id); }
+  void OnEvicted(ObjectId id) override { ns_->DropEvicted(id); }
+
+ private:
+  Namespace* ns_;
+};
+
+}  // namespace kvfs::fs
