@@ -301,7 +301,17 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
-void OnSetxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+// The bounded cache's controls: user.kvfs.pin = "1" | "0", user.kvfs.evict (any value).
+void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int) {
+  FsContext& c = Ctx(req);
+  if (Control::Owns(ino)) return Err(req, ENOTSUP);
+  const std::string_view v(value, size);
+  if (std::strcmp(name, "user.kvfs.pin") == 0) {
+    if (v != "1" && v != "0") return Err(req, EINVAL);
+    return ReplyStatus(req, c.ns->SetPinned(ino, v == "1"));
+  }
+  if (std::strcmp(name, "user.kvfs.evict") == 0) return ReplyStatus(req, c.store->Evict(ino));
   fuse_reply_err(req, ENOTSUP);
 }
 
@@ -310,7 +320,14 @@ void OnRemovexattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   // The kernel asks for security.capability on writes: answer without touching any lock.
   if (std::strncmp(name, "user.kvfs.", 10) != 0 || Control::Owns(ino)) return Err(req, ENODATA);
-  auto value = Ctx(req).control->GetXattr(ino, name);
+  Result<std::string> value = std::string();
+  if (std::strcmp(name, "user.kvfs.pin") == 0) {
+    auto rec = Ctx(req).ns->Record(ino);
+    if (!rec.ok()) return ReplyStatus(req, rec.status());
+    value = std::string((rec->flags & kFlagPinned) ? "1" : "0");
+  } else {
+    value = Ctx(req).control->GetXattr(ino, name);
+  }
   if (!value.ok()) return ReplyStatus(req, value.status());
   if (size == 0) return (void)fuse_reply_xattr(req, value->size());
   if (size < value->size()) return Err(req, ERANGE);
