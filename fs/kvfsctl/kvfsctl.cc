@@ -118,6 +118,9 @@ void PrintStatus(const nlohmann::json& s) {
               FormatSize(U(s, "bytes_written")).c_str());
   std::printf("  stored        %s on the devices, compression ratio %.2f\n",
               FormatSize(U(s, "stored_bytes")).c_str(), s.value("compression_ratio", 1.0));
+  std::printf("  eviction      %s, watermarks %.2f / %.2f, %llu evicted\n",
+              s.value("eviction_policy", std::string("-")).c_str(), s.value("high_watermark", 0.0),
+              s.value("low_watermark", 0.0), static_cast<unsigned long long>(U(s, "evictions")));
   std::printf("  checksum failures %llu, corrupt files dropped %llu\n",
               static_cast<unsigned long long>(U(s, "checksum_failures")),
               static_cast<unsigned long long>(U(s, "corrupt_dropped")));
@@ -183,6 +186,8 @@ int Stat(const std::string& path, bool json) {
 }  // namespace
 
 int Verify(const std::vector<std::string>& paths, bool json);  // kvfsctl/verify.cc
+// kvfsctl/pin.cc: verb is pin, unpin or evict.
+int PinCommand(const std::string& verb, const std::vector<std::string>& paths, bool json);
 
 }  // namespace kvfs::fs
 
@@ -207,6 +212,18 @@ int main(int argc, char** argv) {
   verify->add_option("PATH", verify_paths, "a kvfs mount point, a directory or files in it")
       ->required();
   verify->add_flag("--json", verify_json, "print the report as JSON");
+  std::vector<std::string> pin_paths;
+  bool pin_json = false;
+  std::vector<CLI::App*> pin_cmds;
+  for (const char* verb : {"pin", "unpin", "evict"}) {
+    auto* cmd =
+        app.add_subcommand(verb, std::string(verb) == "pin"     ? "never evict these files"
+                                 : std::string(verb) == "unpin" ? "make them evictable again"
+                                                                : "drop these files now");
+    cmd->add_option("PATH", pin_paths, "files on a kvfs mount")->required();
+    cmd->add_flag("--json", pin_json, "print the results as JSON");
+    pin_cmds.push_back(cmd);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -215,6 +232,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (status->parsed()) return Status(mountpoint, status_json);
+    for (auto* cmd : pin_cmds) {
+      if (!cmd->parsed()) continue;
+      for (const auto& p : pin_paths) MountRootOf(p);  // exit 2 before any change
+      return PinCommand(cmd->get_name(), pin_paths, pin_json);
+    }
     if (verify->parsed()) {
       for (const auto& p : verify_paths) MountRootOf(p);  // exit 2 before any work
       return Verify(verify_paths, verify_json);

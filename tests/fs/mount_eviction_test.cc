@@ -170,6 +170,24 @@ TEST_F(EvictionMountTest, WithEverythingPinnedAWriteFailsWithEnospc) {
   EXPECT_EQ(ReadFile(P(Name(0))), data);
 }
 
+TEST_F(EvictionMountTest, KvfsctlPinUnpinEvict) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  WriteFile(P("a"), RandomBytes(kFile, 1));
+  const std::string ctl = std::string(KVFSCTL_BIN);
+  std::string out;
+  EXPECT_EQ(Shell(ctl + " pin " + P("a"), &out), 0) << out;
+  char v[4] = {};
+  ASSERT_EQ(::getxattr(P("a").c_str(), "user.kvfs.pin", v, sizeof v), 1);
+  EXPECT_EQ(v[0], '1');
+  EXPECT_EQ(Shell(ctl + " evict " + P("a") + " 2>&1", &out), 1);
+  EXPECT_NE(out.find("pinned"), std::string::npos) << out;
+  EXPECT_EQ(Shell(ctl + " unpin " + P("a") + " --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
+  EXPECT_EQ(Shell(ctl + " evict " + P("a"), &out), 0) << out;
+  EXPECT_TRUE(Gone("a"));
+  EXPECT_EQ(Shell(ctl + " pin " + base_ + " 2>&1", &out), 2) << out;
+}
+
 TEST_F(EvictionMountTest, RejectsBadWatermarks) {
   std::string out;
   EXPECT_EQ(
