@@ -142,12 +142,12 @@ class Namespace {
   bool Journaled(uint64_t ino);
   // Persists times changed in memory only (atime, directory mtimes). Called at shutdown.
   Status PersistLazy();
-  // The store removed this record on its own (namespace_drop.cc): unlinks the name without
-  // journaling anything and tells the kernel to forget the entry. Open handles keep working.
-  void DropRecord(ObjectId id);
-  // The store evicted this record (namespace_evict.cc): like DropRecord, and the inode drops
-  // its layout reference so the space frees once open handles close.
-  void DropEvicted(ObjectId id);
+  // The store removed this record on its own (namespace_store_removal.cc): unlinks the name
+  // without journaling anything and tells the kernel to forget the entry. Open handles keep
+  // working. An eviction also drops the inode's layout reference (the space frees once open
+  // handles close) and never takes a name from under its writer.
+  enum class StoreRemoval { kCorrupt, kEvicted };
+  void ForgetStoreRemoval(ObjectId id, StoreRemoval why);
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
 

@@ -1,5 +1,5 @@
 // StoreEvents: the fs layer's StoreListener. Records the store removes on its own (corrupt
-// data) leave the namespace through Namespace::DropRecord.
+// data, evictions) leave the namespace through Namespace::ForgetStoreRemoval.
 #pragma once
 
 #include "kvfs/chunk_store.h"
@@ -10,8 +10,12 @@ namespace kvfs::fs {
 class StoreEvents : public StoreListener {
  public:
   explicit StoreEvents(Namespace* ns) : ns_(ns) {}
-  void OnDropped(ObjectId id) override { ns_->DropRecord(id); }
-  void OnEvicted(ObjectId id) override { ns_->DropEvicted(id); }
+  void OnDropped(ObjectId id) override {
+    ns_->ForgetStoreRemoval(id, Namespace::StoreRemoval::kCorrupt);
+  }
+  void OnEvicted(ObjectId id) override {
+    ns_->ForgetStoreRemoval(id, Namespace::StoreRemoval::kEvicted);
+  }
 
  private:
   Namespace* ns_;

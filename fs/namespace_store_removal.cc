@@ -1,0 +1,42 @@
+// Namespace::ForgetStoreRemoval: the one path by which a record the store removed on its own
+// leaves the namespace: a chunk whose data failed its checksum, or one the bounded cache
+// evicted. The store already journaled the removal, so nothing is applied here; the kernel is
+// told to forget the name so the next lookup misses instead of being answered from its dentry
+// cache. Open handles hold their own layout reference and keep reading until closed.
+#include <spdlog/spdlog.h>
+
+#include "namespace.h"
+
+namespace kvfs::fs {
+
+void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
+  const bool evicted = why == StoreRemoval::kEvicted;
+  uint64_t parent = 0;
+  std::string name;
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(id);
+    // Gone already, or not journaled: a new version being written publishes a fresh record.
+    if (!in || !in->journaled || in->rec.id == kRootId) return;
+    // An eviction never takes a name from under its writer.
+    if (evicted && in->writing) return;
+    in->journaled = false;
+    // Evicted space should return as soon as the last open handle closes.
+    if (evicted) in->rec.layout = nullptr;
+    if (in->linked) {
+      if (Inode* dir = Find(in->rec.parent); dir && dir->dir) UnlinkChild(dir, in->rec.name);
+      in->linked = false;
+      parent = in->rec.parent;
+      name = in->rec.name;
+    }
+    MaybeDrop(in);
+  }
+  if (evicted) {
+    spdlog::debug("kvfs: evicted '{}' (id {})", name, id);
+  } else {
+    spdlog::error("kvfs: dropped '{}' (id {}) from the namespace: its data is corrupt", name, id);
+  }
+  if (!name.empty() && sink_) sink_->InvalidateEntry(parent, name);
+}
+
+}  // namespace kvfs::fs
