@@ -1,12 +1,8 @@
 #include "policy_state.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
-#include <cstring>
-
+#include "atomic_file.h"
 #include "byte_io.h"
 #include "journal.h"
 
@@ -15,10 +11,6 @@ namespace {
 
 constexpr uint64_t kMagic = 0x3150564553465656ull;  // arbitrary tag, checked on load
 constexpr uint32_t kVersion = 1;
-
-Status ErrnoStatus(const std::string& what) {
-  return Status::Error(errno == ENOSPC ? ENOSPC : EIO, what + ": " + std::strerror(errno));
-}
 
 }  // namespace
 
@@ -33,50 +25,12 @@ Status PolicyStateFile::Write(const std::string& dir, const PolicyState& state) 
   w.Str(state.blob);
   w.U64(XXH3_64bits(file.data(), file.size()));
 
-  const std::string tmp = dir + "/eviction.state.tmp";
-  const std::string final_path = dir + "/" + kFileName;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create " + tmp);
-  size_t done = 0;
-  while (done < file.size()) {
-    ssize_t n = ::write(fd, file.data() + done, file.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status st = ErrnoStatus("write " + tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return st;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status st = ErrnoStatus("fsync " + tmp);
-    ::close(fd);
-    return st;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
-  return SyncDirectory(dir);
+  return WriteFileAtomically(dir, kFileName, file);
 }
 
 Result<PolicyState> PolicyStateFile::Load(const std::string& dir) {
   const std::string path = dir + "/" + kFileName;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error(errno == ENOENT ? ENOENT : EIO, "open " + path);
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status st = ErrnoStatus("read " + path);
-      ::close(fd);
-      return st;
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  KVFS_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(path));
   if (data.size() < 8 + 12 + 8) return Status::Corruption(path + " is truncated");
   const size_t body = data.size() - 8;
   ByteReader tail(data.data() + body, 8);
