@@ -17,6 +17,7 @@
 // not found, fork failed), 32 kvfs could not mount.
 #include <getopt.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,6 +267,10 @@ int main(int argc, char** argv) {
   inv.source = argv[optind];
   inv.mountpoint = argv[optind + 1];
 
+  struct stat st;
+  if (::stat(inv.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return Fail(kExitMount, "mount point " + inv.mountpoint + " is not an existing directory");
+
   Translation t = Translate(inv);
   if (!t.error.empty()) return Fail(kExitUsage, t.error);
   std::string looked_in;
@@ -292,8 +297,9 @@ int main(int argc, char** argv) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return kExitOk;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
-    return Fail(kExitUsage, "kvfs refused the options (-o keys that are not FUSE or mount "
-                            "options become kvfs long options; see kvfs(8)): " + shown);
+    return Fail(kExitUsage, "kvfs refused its command line (a -o key that is neither a FUSE "
+                            "nor a mount(8) option becomes kvfs's --KEY; see mount.kvfs "
+                            "--help): " + shown);
   if (WIFSIGNALED(status))
     return Fail(kExitMount, "kvfs was killed by signal " + std::to_string(WTERMSIG(status)));
   return Fail(kExitMount, "kvfs could not mount " + inv.mountpoint +
