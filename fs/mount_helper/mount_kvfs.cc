@@ -15,6 +15,7 @@
 // A shell script could do the same; this is C++ for exact argv handling (no word splitting of
 // paths) and mount(8)'s exit codes: 0 mounted, 1 bad invocation or options, 2 system error (kvfs
 // not found, fork failed), 32 kvfs could not mount.
+#include <fcntl.h>
 #include <getopt.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -53,8 +54,8 @@ const char* kUsage =
     "  or NAME=VALUE ('_' for '-');\n"
     "  allow_other, default_permissions, ro, noatime, ...: FUSE and VFS mount options;\n"
     "  defaults, auto, noauto, user, nofail, _netdev, x-*: for mount(8), ignored here.\n"
-    "  -f  fake: print nothing but with -v the kvfs command, and do not run it\n"
-    "  -v  verbose: print the kvfs command before running it\n"
+    "  -f  fake: do everything but run kvfs\n"
+    "  -v  verbose: print the kvfs command line, and let kvfs print its own line\n"
     "  -n, -s  accepted and ignored\n"
     "Environment: KVFS_BIN, the kvfs binary to run.\n";
 
@@ -288,9 +289,16 @@ int main(int argc, char** argv) {
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  // mount(8) is quiet when it works: kvfs's "data ..., capacity ..." line is shown with -v
+  // only. Its errors go to stderr, which stays.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!inv.verbose)
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   pid_t pid;
-  if (int err = posix_spawn(&pid, cargv[0], nullptr, nullptr, cargv.data(), environ); err != 0)
-    return Fail(kExitSystem, "cannot run " + *kvfs + ": " + std::strerror(err));
+  int err = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return Fail(kExitSystem, "cannot run " + *kvfs + ": " + std::strerror(err));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return Fail(kExitSystem, std::string("waitpid: ") + std::strerror(errno));

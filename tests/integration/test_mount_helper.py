@@ -281,6 +281,7 @@ class MountCommand(unittest.TestCase):
                 "_netdev")
         r = self.mount("-t", "fuse.kvfs", "kvfs-test", self.m.mnt, "-o", opts)
         self.assertEqual(r.returncode, 0, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        self.assertEqual(r.stdout, "", "mount is quiet when it works")
         pid = self.m.note_daemon()
         mopts, fstype, source, sopts = mountinfo(self.m.mnt)
         self.assertEqual((fstype, source), ("fuse.kvfs", "kvfs-test"))
@@ -295,10 +296,12 @@ class MountCommand(unittest.TestCase):
         write_file_atomic(path, chunk_bytes("c0", 3 * MiB))
         self.umount_and_wait(pid)
 
-        # -t kvfs runs /sbin/mount.kvfs; the same data dir brings the file back
-        r = self.mount("-t", "kvfs", "kvfs-test", self.m.mnt, "-o",
+        # -t kvfs runs /sbin/mount.kvfs; the same data dir brings the file back; -v shows the
+        # kvfs command line
+        r = self.mount("-v", "-t", "kvfs", "kvfs-test", self.m.mnt, "-o",
                        f"data_dir={self.m.data},capacity=64M")
         self.assertEqual(r.returncode, 0, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        self.assertIn(f" {self.m.mnt} --data={self.m.data} --capacity=64M -o ", r.stdout)
         pid = self.m.note_daemon()
         self.assertEqual(mountinfo(self.m.mnt)[1], "fuse.kvfs")
         self.assertTrue(file_matches(path, "c0", 3 * MiB))
