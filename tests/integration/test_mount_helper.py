@@ -415,6 +415,17 @@ class SystemdUnits(unittest.TestCase):
         r = run(["systemd-analyze", "verify", "--man=no", "kvfs@mnt-kvfs.service"], cwd=tmp)
         self.assertIn("simpel", r.stderr)
 
+    def test_service_start_post_fails_when_kvfs_exits(self):
+        service = unit_sections((UNITS / "kvfs@.service").read_text())["Service"]
+        (post,) = [v for k, v in service if k == "ExecStartPost"]
+        tmp = tempfile.mkdtemp(prefix="kvfs-units-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        argv = [w.replace("%f", tmp).replace("$$", "$") for w in shlex.split(post)]
+        r = run(argv, timeout=90, env=dict(os.environ, MAINPID=str(dead.pid)))
+        self.assertEqual(r.returncode, 1, r.stderr)
+
     def test_mount_unit_matches_helper(self):
         mount = dict(unit_sections((UNITS / "mnt-kvfs.mount").read_text())["Mount"])
         self.assertEqual(mount["Type"], "fuse.kvfs")
@@ -471,7 +482,7 @@ class SystemdUnits(unittest.TestCase):
         m.pids.add(daemon.pid)
         self.addCleanup(lambda: daemon.poll() is None and daemon.kill())
         for _, argv in commands("ExecStartPost"):
-            r = run(argv, timeout=90)
+            r = run(argv, timeout=90, env=dict(os.environ, MAINPID=str(daemon.pid)))
             self.assertEqual(r.returncode, 0, f"{argv}: {r.stderr}")
         self.assertTrue(_is_mounted(m.mnt), "ExecStartPost returned before the mount was there")
         self.assertEqual(read_status(m.mnt)["capacity_bytes"], 64 * MiB)
