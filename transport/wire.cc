@@ -13,56 +13,7 @@ Status Malformed(std::string_view what) {
 
 }  // namespace
 
-// A byte-table CRC32C: the fallback, and the reference the hardware path is tested against.
-namespace {
-uint32_t Crc32cPortableExtend(uint32_t start, const void* data, size_t n) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  static const auto kTable = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = ~start;
-  for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-}  // namespace
-
-uint32_t Crc32cPortable(const void* data, size_t n) { return Crc32cPortableExtend(0, data, n); }
-
-#if defined(__x86_64__)
-namespace {
-// The SSE4.2 crc32 instruction, 8 bytes at a time: several GB/s, so covering a 32 MiB chunk
-// costs a few milliseconds against tens for moving it.
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t start, const uint8_t* p, size_t n) {
-  uint64_t crc = ~start;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    crc = __builtin_ia32_crc32di(crc, v);
-    p += 8;
-    n -= 8;
-  }
-  uint32_t c = static_cast<uint32_t>(crc);
-  while (n-- > 0) c = __builtin_ia32_crc32qi(c, *p++);
-  return c ^ 0xFFFFFFFFu;
-}
-}  // namespace
-#endif
-
-uint32_t Crc32cExtend(uint32_t start, const void* data, size_t n) {
-#if defined(__x86_64__)
-  static const bool kHardware = __builtin_cpu_supports("sse4.2");
-  if (kHardware) return Crc32cSse42(start, static_cast<const uint8_t*>(data), n);
-#endif
-  return Crc32cPortableExtend(start, data, n);
-}
-
-uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
+// CRC32C (Crc32c, Crc32cExtend, Crc32cPortable) lives in crc32c.cc.
 
 namespace {
 
