@@ -56,6 +56,12 @@ class TcpPeerClient : public PeerClient {
   struct Connection {
     Fd fd;
   };
+  // How many ranges to split a GET of `length` bytes into (1 = do not split).
+  size_t SplitWays(uint64_t length) const;
+  Result<wire::GetReply> GetSplit(const wire::GetRequest& req, std::span<uint8_t> out, size_t ways,
+                                  Deadline deadline);
+  Result<wire::GetReply> GetRange(const wire::GetRequest& req, std::span<uint8_t> out,
+                                  Deadline deadline);
   Result<std::unique_ptr<Connection>> Acquire(Deadline deadline);
   void Release(std::unique_ptr<Connection> conn, bool healthy);
   Result<std::unique_ptr<Connection>> Open(Deadline deadline);
