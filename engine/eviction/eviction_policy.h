@@ -43,11 +43,13 @@ struct TrackHints {
 struct PolicyOptions {
   // LFU: how much weight old frequency keeps (dynamic aging, LFU-DA). 1.0 = classic LFU-DA.
   double lfu_aging = 1.0;
-  // Prefix: share of tracked bytes the protected (re-read) segment may hold.
-  double prefix_protected_fraction = 0.3;
-  // Prefix: how far one ghost hit (an evicted id that came back) moves the protected share.
-  // 0 keeps the share fixed.
-  double prefix_adapt_step = 0.0;
+  // Prefix: share of tracked bytes the protected (re-read) segment starts with. 0, as ARC's
+  // target starts: ghost hits of re-read chunks grow it from there.
+  double prefix_protected_fraction = 0.0;
+  // Prefix: how far one ghost hit (an evicted id written again) moves the protected share, in
+  // units of that chunk's share of the tracked bytes times ARC's ghost-size ratio (1 = ARC's
+  // step). 0 keeps the share fixed at prefix_protected_fraction.
+  double prefix_adapt_step = 1.0;
   // Prefix: accesses of one stream further apart than this start a new burst (chain).
   uint64_t prefix_burst_window_ms = 2000;
 };
@@ -66,6 +68,9 @@ class EvictionPolicy {
   // The chunk was unlinked or freed by someone else. Unknown ids are ignored.
   virtual void Remove(ObjectId id) = 0;
   virtual void SetPinned(ObjectId id, bool pinned) = 0;
+  // The writer named (or changed) the chunk's chain parent after it was published
+  // (xattr user.kvfs.parent). Policies that do not use chains ignore it.
+  virtual void SetParent(ObjectId /*id*/, ObjectId /*parent*/) {}
 
   // The next victim without removing it; nullopt when every tracked id is pinned (or none).
   virtual std::optional<ObjectId> PickVictim() const = 0;

@@ -14,13 +14,15 @@ constexpr size_t kMaxStreams = 1 << 16;
 PrefixPolicy::PrefixPolicy(const PolicyOptions& options)
     : options_(options), protected_fraction_(options.prefix_protected_fraction) {}
 
-ObjectId PrefixPolicy::Observe(const AccessContext& ctx, uint64_t* serial) {
+ObjectId PrefixPolicy::Observe(const AccessContext& ctx, bool write, uint64_t* serial) {
   if (bursts_.size() >= kMaxStreams && !bursts_.count(ctx.stream)) bursts_.clear();
   Burst& b = bursts_[ctx.stream];
-  // A new burst: an explicit restart of the sequence (position known and not increasing), or
-  // a pause longer than the window. Without either, accesses keep extending the chain.
+  // A new burst: an explicit restart of the sequence (position known and not increasing), a
+  // pause longer than the window, or (positions unknown) a read after a write: a request
+  // reads its cached prefix before it writes the rest. Otherwise accesses extend the chain.
   bool fresh = b.serial == 0;
   if (ctx.position != 0 && ctx.position <= b.last_position) fresh = true;
+  if (ctx.position == 0 && !write && b.last_was_write) fresh = true;
   if (ctx.time_ms != 0 && b.last_time_ms != 0 &&
       ctx.time_ms > b.last_time_ms + options_.prefix_burst_window_ms) {
     fresh = true;
@@ -38,12 +40,15 @@ ObjectId PrefixPolicy::Observe(const AccessContext& ctx, uint64_t* serial) {
     }
     b.serial = ++next_burst_;
     b.last_id = kInvalidId;
-  } else {
+  } else if (ctx.position != 0 || !(write && b.last_was_write)) {
+    // Without positions, writes in a row may be one request's new blocks or several requests
+    // that found nothing cached: only an explicit link (user.kvfs.parent) chains them.
     parent = b.last_id;
   }
   b.last_time_ms = ctx.time_ms;
   b.last_position = ctx.position;
   b.last_was_new = false;
+  b.last_was_write = write;
   *serial = b.serial;
   return parent;
 }
@@ -56,7 +61,7 @@ void PrefixPolicy::Place(ObjectId id, Entry& e, Segment segment, ObjectId parent
   // its parent is unreachable). Otherwise it goes to the back (most recent).
   auto p = entries_.find(parent_hint);
   const bool chained = p != entries_.end() && p->first != id && !p->second.pinned &&
-                       p->second.burst == serial && p->second.segment <= segment;
+                       p->second.burst == serial && Rank(p->second.segment) <= Rank(segment);
   if (chained) segment = p->second.segment;
   e.segment = segment;
   e.burst = serial;
@@ -81,15 +86,30 @@ void PrefixPolicy::Rebalance() {
     if (!victim) break;
     Entry& e = entries_.at(*victim);
     segment_bytes_[kProtected] -= e.bytes;
-    e.segment = kProbation;
-    segments_[kProbation].PushBack(*victim);
-    segment_bytes_[kProbation] += e.bytes;
+    e.segment = kDemoted;
+    segments_[kDemoted].PushBack(*victim);
+    segment_bytes_[kDemoted] += e.bytes;
   }
+}
+
+void PrefixPolicy::Adapt(bool reread, uint64_t bytes) {
+  const double step = options_.prefix_adapt_step;
+  if (step <= 0) return;
+  // ARC: the step is larger when the ghost set that was hit is the smaller one.
+  const double rereads = static_cast<double>(reread_ghosts_.size());
+  const double others = static_cast<double>(ghosts_.size()) - rereads;
+  const double share = static_cast<double>(bytes) / static_cast<double>(std::max<uint64_t>(bytes_, 1));
+  if (reread) {
+    protected_fraction_ += step * share * std::max(1.0, others / std::max(rereads, 1.0));
+  } else {
+    protected_fraction_ -= step * share * std::max(1.0, rereads / std::max(others, 1.0));
+  }
+  protected_fraction_ = std::clamp(protected_fraction_, 0.0, 1.0);
 }
 
 void PrefixPolicy::Track(ObjectId id, uint64_t bytes, const TrackHints& hints) {
   uint64_t serial;
-  ObjectId learned = Observe(hints.context, &serial);
+  ObjectId learned = Observe(hints.context, /*write=*/true, &serial);
   ObjectId parent = hints.parent != kInvalidId ? hints.parent : learned;
   auto it = entries_.find(id);
   if (it != entries_.end()) {
@@ -98,29 +118,27 @@ void PrefixPolicy::Track(ObjectId id, uint64_t bytes, const TrackHints& hints) {
     Unlink(id, e);
     bytes_ = bytes_ - e.bytes + bytes;
     e.bytes = bytes;
+    e.stamp = ++clock_;
     if (parent != kInvalidId) e.parent = parent;
     Place(id, e, kProtected, parent, serial);
   } else {
     Entry e;
     e.bytes = bytes;
     e.parent = parent;
+    e.stamp = ++clock_;
     e.pinned = pinned_untracked_.erase(id) > 0;
     bytes_ += bytes;
     Segment segment = kProbation;
     if (ghosts_.Erase(id)) {
-      // Evicted too early last time. Which kind of block it was says which segment was too
-      // small: a re-read one (protect more) or a never-re-read one (protect less).
-      const double step = options_.prefix_adapt_step;
-      if (reread_ghosts_.erase(id))
-        protected_fraction_ = std::min(0.9, protected_fraction_ + step);
-      else
-        protected_fraction_ = std::max(0.0, protected_fraction_ - step);
+      // Evicted too early last time; which kind of block it was says which side was too small.
+      const bool reread = reread_ghosts_.erase(id) > 0;
+      Adapt(reread, bytes);
       segment = kProtected;
-    } else if (hints.partial)
+    } else if (hints.partial) {
       segment = kTail;
+    }
     Place(id, entries_[id] = e, segment, parent, serial);
-    Burst& b = bursts_[hints.context.stream];
-    b.last_was_new = segment == kProbation;
+    bursts_[hints.context.stream].last_was_new = segment == kProbation;
   }
   bursts_[hints.context.stream].last_id = id;
   Rebalance();
@@ -128,15 +146,32 @@ void PrefixPolicy::Track(ObjectId id, uint64_t bytes, const TrackHints& hints) {
 
 void PrefixPolicy::Touch(ObjectId id, const AccessContext& context) {
   uint64_t serial;
-  ObjectId learned = Observe(context, &serial);
+  ObjectId learned = Observe(context, /*write=*/false, &serial);
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   Entry& e = it->second;
   Unlink(id, e);
+  e.stamp = ++clock_;
   ObjectId parent = e.parent != kInvalidId ? e.parent : learned;
   Place(id, e, kProtected, parent, serial);
   bursts_[context.stream].last_id = id;
   Rebalance();
+}
+
+void PrefixPolicy::SetParent(ObjectId id, ObjectId parent) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || parent == id || it->second.parent == parent) return;
+  Entry& e = it->second;
+  e.parent = parent;
+  // Given right after the publish (the usual case), the link reorders the chain as if it had
+  // been given with the publish: the child goes right before its parent.
+  auto p = entries_.find(parent);
+  if (e.pinned || p == entries_.end() || p->second.pinned) return;
+  if (Rank(p->second.segment) > Rank(e.segment)) return;  // never behind a later-evicted parent
+  Unlink(id, e);
+  e.segment = p->second.segment;
+  segments_[e.segment].InsertBefore(id, parent);
+  segment_bytes_[e.segment] += e.bytes;
 }
 
 void PrefixPolicy::Remove(ObjectId id) {
@@ -170,10 +205,16 @@ void PrefixPolicy::SetPinned(ObjectId id, bool pinned) {
 }
 
 std::optional<ObjectId> PrefixPolicy::PickVictim() const {
-  for (const RecencyList& list : segments_) {
-    if (auto front = list.Front()) return front;
+  if (auto tail = segments_[kTail].Front()) return tail;
+  // Probation and demoted: whichever front was used longer ago.
+  auto fresh = segments_[kProbation].Front();
+  auto demoted = segments_[kDemoted].Front();
+  if (fresh && demoted) {
+    return entries_.at(*fresh).stamp <= entries_.at(*demoted).stamp ? fresh : demoted;
   }
-  return std::nullopt;
+  if (fresh) return fresh;
+  if (demoted) return demoted;
+  return segments_[kProtected].Front();
 }
 
 void PrefixPolicy::RememberGhost(ObjectId id, bool reread) {
@@ -206,13 +247,18 @@ ObjectId PrefixPolicy::ParentOf(ObjectId id) const {
 }
 
 std::string PrefixPolicy::Persist() const {
-  // Each segment in eviction order, then pinned entries, pins of untracked ids and ghosts.
+  // The adapted share and clock; each segment in list order, then pinned entries, pins of
+  // untracked ids and ghosts (with whether they had been re-read, which steers the adaptation).
   BlobWriter w;
+  w.F64(protected_fraction_);
+  w.U64(clock_);
   auto put = [&w](ObjectId id, const Entry& e) {
     w.U64(id);
     w.U64(e.bytes);
     w.U64(e.parent);
     w.U8(e.segment);
+    w.U64(e.stamp);
+    w.U8(e.reread ? 1 : 0);
   };
   for (const RecencyList& list : segments_) {
     w.U64(list.size());
@@ -227,7 +273,10 @@ std::string PrefixPolicy::Persist() const {
   w.U64(pinned_untracked_.size());
   for (ObjectId id : pinned_untracked_) w.U64(id);
   w.U64(ghosts_.size());
-  for (ObjectId id : ghosts_) w.U64(id);
+  for (ObjectId id : ghosts_) {
+    w.U64(id);
+    w.U8(reread_ghosts_.count(id) ? 1 : 0);
+  }
   return SealPolicyBlob(name(), w.bytes());
 }
 
@@ -235,21 +284,28 @@ Status PrefixPolicy::Recover(std::string_view blob) {
   KVFS_ASSIGN_OR_RETURN(std::string_view payload, OpenPolicyBlob(blob, name()));
   BlobReader r(payload);
   PrefixPolicy fresh(options_);
-  for (int group = 0; group < 4; ++group) {  // three segments, then the pinned entries
+  if (!r.F64(&fresh.protected_fraction_) || !r.U64(&fresh.clock_) ||
+      !(fresh.protected_fraction_ >= 0.0 && fresh.protected_fraction_ <= 1.0)) {
+    return Status::Corruption("prefix blob header");
+  }
+  constexpr int kLists = kProtected + 1;
+  for (int group = 0; group <= kLists; ++group) {  // the segment lists, then pinned entries
     uint64_t n;
     if (!r.U64(&n)) return Status::Corruption("prefix blob truncated");
     for (uint64_t i = 0; i < n; ++i) {
       uint64_t id, parent;
       Entry e;
-      uint8_t segment;
+      uint8_t segment, reread;
       if (!r.U64(&id) || !r.U64(&e.bytes) || !r.U64(&parent) || !r.U8(&segment) ||
-          segment > kProtected || (group < 3 && segment != group)) {
+          !r.U64(&e.stamp) || !r.U8(&reread) || segment > kProtected || reread > 1 ||
+          (group < kLists && segment != group)) {
         return Status::Corruption("prefix blob entry");
       }
       if (id == kInvalidId || fresh.entries_.count(id)) return Status::Corruption("prefix id");
       e.parent = parent;
       e.segment = static_cast<Segment>(segment);
-      e.pinned = group == 3;
+      e.reread = reread != 0;
+      e.pinned = group == kLists;
       fresh.bytes_ += e.bytes;
       fresh.entries_[id] = e;
       if (!e.pinned) {
@@ -258,17 +314,21 @@ Status PrefixPolicy::Recover(std::string_view blob) {
       }
     }
   }
-  for (int group = 0; group < 2; ++group) {
-    uint64_t n;
-    if (!r.U64(&n)) return Status::Corruption("prefix blob truncated");
-    for (uint64_t i = 0; i < n; ++i) {
-      uint64_t id;
-      if (!r.U64(&id)) return Status::Corruption("prefix blob truncated");
-      if (group == 0)
-        fresh.pinned_untracked_.insert(id);
-      else if (!fresh.ghosts_.Contains(id))
-        fresh.ghosts_.PushBack(id);
-    }
+  uint64_t n;
+  if (!r.U64(&n)) return Status::Corruption("prefix blob truncated");
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t id;
+    if (!r.U64(&id)) return Status::Corruption("prefix blob truncated");
+    fresh.pinned_untracked_.insert(id);
+  }
+  if (!r.U64(&n)) return Status::Corruption("prefix blob truncated");
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t id;
+    uint8_t reread;
+    if (!r.U64(&id) || !r.U8(&reread) || reread > 1) return Status::Corruption("prefix ghost");
+    if (fresh.ghosts_.Contains(id)) continue;
+    fresh.ghosts_.PushBack(id);
+    if (reread) fresh.reread_ghosts_.insert(id);
   }
   if (!r.done()) return Status::Corruption("trailing bytes in prefix blob");
   segments_ = std::move(fresh.segments_);
@@ -276,6 +336,9 @@ Status PrefixPolicy::Recover(std::string_view blob) {
   entries_ = std::move(fresh.entries_);
   pinned_untracked_ = std::move(fresh.pinned_untracked_);
   ghosts_ = std::move(fresh.ghosts_);
+  reread_ghosts_ = std::move(fresh.reread_ghosts_);
+  protected_fraction_ = fresh.protected_fraction_;
+  clock_ = fresh.clock_;
   bursts_.clear();
   bytes_ = fresh.bytes_;
   return Status::Ok();
