@@ -188,6 +188,8 @@ int Stat(const std::string& path, bool json) {
 int Verify(const std::vector<std::string>& paths, bool json);  // kvfsctl/verify.cc
 // kvfsctl/pin.cc: verb is pin, unpin or evict.
 int PinCommand(const std::string& verb, const std::vector<std::string>& paths, bool json);
+int Nodes(const std::string& root, bool json);                // kvfsctl/nodes.cc
+int Where(const std::vector<std::string>& paths, bool json);  // kvfsctl/where.cc
 
 }  // namespace kvfs::fs
 
@@ -224,6 +226,17 @@ int main(int argc, char** argv) {
     cmd->add_flag("--json", pin_json, "print the results as JSON");
     pin_cmds.push_back(cmd);
   }
+  std::string nodes_mount;
+  bool nodes_json = false;
+  auto* nodes = app.add_subcommand("nodes", "the cluster's nodes: address, state, usage, traffic");
+  nodes->add_option("MOUNTPOINT", nodes_mount, "a kvfs mount point (or any path in it)")
+      ->required();
+  nodes->add_flag("--json", nodes_json, "print the raw JSON");
+  std::vector<std::string> where_paths;
+  bool where_json = false;
+  auto* where = app.add_subcommand("where", "which nodes hold each file's chunk");
+  where->add_option("PATH", where_paths, "files on a kvfs mount")->required();
+  where->add_flag("--json", where_json, "print the results as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -232,6 +245,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (status->parsed()) return Status(mountpoint, status_json);
+    if (nodes->parsed()) return Nodes(MountRootOf(nodes_mount), nodes_json);
+    if (where->parsed()) {
+      for (const auto& p : where_paths) MountRootOf(p);  // exit 2 before any work
+      return Where(where_paths, where_json);
+    }
     for (auto* cmd : pin_cmds) {
       if (!cmd->parsed()) continue;
       for (const auto& p : pin_paths) MountRootOf(p);  // exit 2 before any change
