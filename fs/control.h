@@ -32,6 +32,7 @@ struct DaemonInfo {
   std::vector<std::string> devices;  // as configured; the store's own list wins when it has one
   std::string durability = "close";
   std::string compression = "off";
+  std::string metrics;  // the Prometheus endpoint actually bound (HOST:PORT); empty: off
 };
 
 struct ControlHandle {
@@ -77,6 +78,9 @@ class Control {
   // The user.kvfs.* xattrs: names for listxattr, a value for getxattr (ENODATA when unknown).
   static std::vector<std::string> XattrNames();
   Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // user.kvfs.checksum: "xxh3:" and 16 hex digits, XXH3_64 of the published version's
+  // per-segment checksums (each 8 bytes little-endian, in file order). ENODATA off files.
+  Result<std::string> Checksum(uint64_t ino);
   // user.kvfs.verify: reads and checks every segment of the published version; "ok" or EIO.
   Result<std::string> Verify(uint64_t ino);
 

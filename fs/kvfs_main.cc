@@ -23,6 +23,7 @@
 #include "kvfs/size.h"
 #include "kvfs/version.h"
 #include "memory_store.h"
+#include "metrics_server.h"
 #include "mount_options.h"
 #include "namespace.h"
 #include "notifier.h"
@@ -105,7 +106,8 @@ Result<std::unique_ptr<ChunkStore>> OpenStore(const MountOptions& o) {
   return std::unique_ptr<ChunkStore>(std::move(engine));
 }
 
-int Run(MountOptions o, int ready_fd) {
+// `metrics` is the --metrics socket main() bound before forking (null when off).
+int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   StartReporter reporter(ready_fd);
   SetupLogging(o);
   spdlog::info(
@@ -139,6 +141,7 @@ int Run(MountOptions o, int ready_fd) {
     info.devices.push_back(o.data_dir + "/device0.kvfs");
   info.durability = DurabilityName(o.durability);
   info.compression = CompressionName(o.compression);
+  if (metrics) info.metrics = metrics->address();
   Control control(&ns, store->get(), info);
   FsContext ctx{&ns, &control, store->get()};
 
@@ -146,6 +149,10 @@ int Run(MountOptions o, int ready_fd) {
   if (!session.ok()) return reporter.Fail(session.status().message());
   notifier.Start((*session)->raw());
   spdlog::info("kvfs: mounted on {}", o.mountpoint);
+  if (metrics) {  // stopped below, before anything it reads goes away
+    Status st = metrics->Start([&control] { return PrometheusText(control.StatusJson()); });
+    if (!st.ok()) return reporter.Fail("--metrics: " + st.ToString());
+  }
   reporter.Ready();
 
   (*session)->TuneReadaheadAfterInit(1024);  // before the unblock: it must not take signals
@@ -153,6 +160,7 @@ int Run(MountOptions o, int ready_fd) {
   unsigned threads = std::max(8u, 4 * std::max(1u, std::thread::hardware_concurrency()));
   int rc = (*session)->Loop(threads);
   spdlog::info("kvfs: loop ended ({}), unmounting", rc);
+  if (metrics) metrics->Stop();  // scrapes read the namespace and the store
   notifier.Stop();
   session->reset();  // unmount and destroy the session before the namespace goes away
   (*store)->SetListener(nullptr);
@@ -187,10 +195,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfs: %s\n", st.ToString().c_str());
     return 1;
   }
+  // Bound here, before the fork, so a bad or busy address is the launcher's exit status 2.
+  std::unique_ptr<MetricsServer> metrics;
+  if (!options.metrics.empty()) {
+    auto listening = MetricsServer::Listen(options.metrics);
+    if (!listening.ok()) {
+      std::fprintf(stderr, "kvfs: --metrics: %s\n", listening.status().message().c_str());
+      return 2;
+    }
+    metrics = std::move(*listening);
+  }
   if (options.foreground) {
     std::fprintf(stderr, "kvfs: data %s, capacity %s\n", options.data_dir.c_str(),
                  kvfs::FormatSize(options.capacity).c_str());
-    return Run(std::move(options), -1);
+    return Run(std::move(options), -1, std::move(metrics));
   }
   std::printf("kvfs: data %s, capacity %s\n", options.data_dir.c_str(),
               kvfs::FormatSize(options.capacity).c_str());
@@ -220,5 +238,5 @@ int main(int argc, char** argv) {
     dup2(devnull, 2);
     if (devnull > 2) close(devnull);
   }
-  return Run(std::move(options), pipefd[1]);
+  return Run(std::move(options), pipefd[1], std::move(metrics));
 }

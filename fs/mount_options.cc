@@ -102,6 +102,8 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--store", opts.store, "")->group("")->check(CLI::IsMember({"local", "memory"}));
+  app.add_option("--metrics", opts.metrics,
+                 "Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default)");
 
   try {
     app.parse(argc, argv);

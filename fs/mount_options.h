@@ -26,6 +26,8 @@ struct MountOptions {
   bool foreground = false;
   std::vector<std::string> fuse_options;  // each -o value, passed to libfuse as given
   std::string log_level = "info";
+  // --metrics ADDR:PORT: serve Prometheus metrics there (metrics_server.h); empty: off.
+  std::string metrics;
   std::string store = "local";  // hidden: "memory" runs without persistence (debug)
 };
 

@@ -1,6 +1,8 @@
 // kvfsctl: looks at a running kvfs mount through its control surface (.kvfs/status and the
 // user.kvfs.stat xattr). Exit status: 0 ok, 2 usage errors and paths not on a kvfs mount,
 // 1 any other failure.
+#include "kvfsctl.h"
+
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -16,47 +18,9 @@
 
 #include "kvfs/size.h"
 #include "kvfs/version.h"
-#include "mount_info.h"
 
 namespace kvfs::fs {
 namespace {
-
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
-struct Failure {
-  int code;
-  std::string message;
-};
-
-// The kvfs mount root holding `path`, or a Failure (exit 2 when it is not kvfs).
-std::string MountRootOf(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path abs = std::filesystem::absolute(path, ec);
-  // Resolve the directory part only: the path itself may be a symlink we want to describe.
-  std::filesystem::path resolved = std::filesystem::canonical(abs, ec);
-  if (ec) {
-    auto parent = std::filesystem::canonical(abs.parent_path(), ec);
-    if (ec) throw Failure{kExitFailure, "kvfsctl: " + path + ": " + ec.message()};
-    resolved = parent / abs.filename();
-  }
-  auto mount = FindMount(ReadMountInfo(), resolved.string());
-  std::string status;
-  if (mount && mount->fstype == "fuse.kvfs") status = mount->mount_point + "/.kvfs/status";
-  if (status.empty() || !std::filesystem::exists(status, ec))
-    throw Failure{kExitUsage, "kvfsctl: " + path + " is not on a kvfs mount"};
-  return mount->mount_point;
-}
-
-nlohmann::json ReadJsonFile(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Failure{kExitFailure, "kvfsctl: cannot read " + file};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) throw Failure{kExitFailure, "kvfsctl: malformed JSON in " + file};
-  return j;
-}
 
 std::string Duration(double s) {
   long t = std::lround(s);
@@ -185,9 +149,6 @@ int Stat(const std::string& path, bool json) {
 
 }  // namespace
 
-int Verify(const std::vector<std::string>& paths, bool json);  // kvfsctl/verify.cc
-// kvfsctl/pin.cc: verb is pin, unpin or evict.
-int PinCommand(const std::string& verb, const std::vector<std::string>& paths, bool json);
 int Nodes(const std::string& root, bool json);                // kvfsctl/nodes.cc
 int Where(const std::vector<std::string>& paths, bool json);  // kvfsctl/where.cc
 
@@ -237,6 +198,34 @@ int main(int argc, char** argv) {
   auto* where = app.add_subcommand("where", "which nodes hold each file's chunk");
   where->add_option("PATH", where_paths, "files on a kvfs mount")->required();
   where->add_flag("--json", where_json, "print the results as JSON");
+  std::vector<std::string> prefetch_paths;
+  bool prefetch_json = false;
+  auto* prefetch = app.add_subcommand(
+      "prefetch", "read files (directories recurse) so later reads come from memory");
+  prefetch->add_option("PATH", prefetch_paths, "files or directories on a kvfs mount")->required();
+  prefetch->add_flag("--json", prefetch_json, "print the summary as JSON");
+  HashOptions hash_opts;
+  bool hash_no_partial = false;
+  auto* hash = app.add_subcommand("hash", "prefix-hash chunk names of a token-id file");
+  hash->add_option("--tokens", hash_opts.tokens_file,
+                   "token ids: whitespace-separated integers or a JSON array (- for stdin)")
+      ->required();
+  hash->add_option("--chunk-tokens", hash_opts.chunk_tokens, "tokens per chunk (default 256)")
+      ->check(CLI::PositiveNumber);
+  hash->add_option("--prefix", hash_opts.prefix, "directory to prepend to each name");
+  hash->add_option("--seed", hash_opts.seed, "string hashed into the first link (default kvfs)");
+  hash->add_flag("--no-partial", hash_no_partial,
+                 "leave out a last chunk shorter than --chunk-tokens");
+  hash->add_flag("--json", hash_opts.json, "print the names as JSON");
+  TopOptions top_opts;
+  auto* top = app.add_subcommand("top", "live throughput, lookups, hit rate and usage");
+  top->add_option("MOUNTPOINT", top_opts.mountpoint, "a kvfs mount point (or any path in it)")
+      ->required();
+  top->add_option("--interval", top_opts.interval_s, "seconds between updates (default 1)")
+      ->check(CLI::Range(0.05, 86400.0));
+  top->add_option("--count", top_opts.count, "stop after N updates (default: until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber);
+  top->add_flag("--json", top_opts.json, "one JSON object per update");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -259,9 +248,30 @@ int main(int argc, char** argv) {
       for (const auto& p : verify_paths) MountRootOf(p);  // exit 2 before any work
       return Verify(verify_paths, verify_json);
     }
+    if (prefetch->parsed()) {
+      for (const auto& p : prefetch_paths) {
+        try {
+          MountRootOf(p);  // exit 2 before any work when a path is off kvfs
+        } catch (const Failure& f) {
+          if (f.code == kExitUsage) throw;  // a missing path is counted as a miss
+        }
+      }
+      return Prefetch(prefetch_paths, prefetch_json);
+    }
+    if (hash->parsed()) {
+      hash_opts.include_partial = !hash_no_partial;
+      return Hash(hash_opts);
+    }
+    if (top->parsed()) return Top(top_opts);
     return Stat(path, stat_json);
   } catch (const Failure& f) {
     std::fprintf(stderr, "%s\n", f.message.c_str());
+    // Scripts that asked for JSON get JSON on stdout even when the command failed.
+    const auto cmds = app.get_subcommands();
+    if (!cmds.empty() && cmds.front()->count("--json") > 0) {
+      std::printf("%s\n",
+                  nlohmann::json{{"error", f.message}, {"exit_status", f.code}}.dump().c_str());
+    }
     return f.code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvfsctl: %s\n", e.what());

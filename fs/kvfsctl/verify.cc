@@ -2,80 +2,33 @@
 // user.kvfs.verify xattr (the daemon reads every segment; a corrupt file answers EIO and is
 // dropped from the cache), with a progress bar on a terminal and a report at the end.
 // Exit status: 0 every file ok, 1 corruption or errors found.
-#include <sys/stat.h>
 #include <sys/xattr.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "file_walk.h"
 #include "kvfs/size.h"
+#include "kvfsctl.h"
+#include "progress_bar.h"
 
 namespace kvfs::fs {
-namespace {
-
-struct Target {
-  std::string path;
-  uint64_t size = 0;
-};
-
-// Regular files under `path` (or `path` itself), without following symlinks.
-void Collect(const std::string& path, std::vector<Target>* out, std::vector<std::string>* errors) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    errors->push_back(path + ": " + std::strerror(errno));
-    return;
-  }
-  if (S_ISREG(st.st_mode)) {
-    out->push_back({path, static_cast<uint64_t>(st.st_size)});
-    return;
-  }
-  if (!S_ISDIR(st.st_mode)) return;
-  std::error_code ec;
-  auto it = std::filesystem::recursive_directory_iterator(
-      path, std::filesystem::directory_options::skip_permission_denied, ec);
-  if (ec) {
-    errors->push_back(path + ": " + ec.message());
-    return;
-  }
-  for (auto end = std::filesystem::recursive_directory_iterator(); it != end; it.increment(ec)) {
-    if (ec) {
-      errors->push_back(path + ": " + ec.message());
-      break;
-    }
-    if (it->is_regular_file(ec) && !it->is_symlink(ec))
-      out->push_back({it->path().string(), it->file_size(ec)});
-  }
-}
-
-void Progress(size_t done, size_t total, uint64_t bytes, double seconds) {
-  constexpr int kWidth = 30;
-  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
-  std::string bar(static_cast<size_t>(filled), '#');
-  bar.resize(kWidth, ' ');
-  const double rate = seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
-  std::fprintf(stderr, "\r[%s] %zu/%zu files, %s, %s/s ", bar.c_str(), done, total,
-               FormatSize(bytes).c_str(), FormatSize(static_cast<uint64_t>(rate)).c_str());
-}
-
-}  // namespace
 
 int Verify(const std::vector<std::string>& paths, bool json) {
-  std::vector<Target> targets;
-  std::vector<std::string> errors, corrupt;
-  for (const auto& p : paths) Collect(p, &targets, &errors);
-  const bool tty = ::isatty(STDERR_FILENO) == 1;
-  const auto start = std::chrono::steady_clock::now();
+  FileWalk walk;
+  for (const auto& p : paths) CollectFiles(p, &walk);
+  const std::vector<FileTarget>& targets = walk.files;
+  std::vector<std::string> errors = walk.errors, corrupt;
+  for (const auto& m : walk.missing) errors.push_back(m + ": " + std::strerror(ENOENT));
+  ProgressBar progress;
   uint64_t bytes = 0;
   size_t ok = 0, vanished = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
-    const Target& t = targets[i];
+    const FileTarget& t = targets[i];
     char value[64];
     if (::lgetxattr(t.path.c_str(), "user.kvfs.verify", value, sizeof value) >= 0) {
       ++ok;
@@ -88,14 +41,10 @@ int Verify(const std::vector<std::string>& paths, bool json) {
     } else {
       errors.push_back(t.path + ": " + std::strerror(errno));
     }
-    if (tty) {
-      Progress(i + 1, targets.size(), bytes,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
+    progress.Update(i + 1, targets.size(), bytes);
   }
-  if (tty) std::fputc('\n', stderr);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.Finish();
+  const double seconds = progress.Seconds();
   const size_t checked = ok + corrupt.size();
   if (json) {
     nlohmann::json report{{"files", checked},
