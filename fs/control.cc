@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "cluster_node.h"
 #include "kvfs/version.h"
 
 namespace kvfs::fs {
@@ -23,6 +24,7 @@ constexpr ControlFile kFiles[] = {
     {"status", Control::kStatusIno, 0444},
     {"stats", Control::kStatsIno, 0444},
     {"ctl", Control::kCtlIno, 0666},
+    {"nodes", Control::kNodesIno, 0444},
 };
 
 double Seconds(const Timespec64& t) {
@@ -139,7 +141,10 @@ Result<ControlHandle*> Control::Open(uint64_t ino, int flags) {
   auto h = std::make_unique<ControlHandle>();
   h->ino = ino;
   int acc = flags & O_ACCMODE;
-  if (ino == kStatusIno || ino == kStatsIno) {
+  if (ino == kNodesIno) {
+    if (acc != O_RDONLY) return Status::Error(EACCES, "read-only control file");
+    h->content = NodesJson().dump(2) + "\n";
+  } else if (ino == kStatusIno || ino == kStatsIno) {
     if (acc != O_RDONLY) return Status::Error(EACCES, "read-only control file");
     h->content = ino == kStatusIno ? StatusJson().dump(2) + "\n" : StatsText();
   } else if (ino != kCtlIno) {
@@ -269,12 +274,28 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
 }
 
 std::vector<std::string> Control::XattrNames() {
-  return {"user.kvfs.stat", "user.kvfs.id", "user.kvfs.state", "user.kvfs.checksum"};
+  return {"user.kvfs.stat", "user.kvfs.id", "user.kvfs.state", "user.kvfs.checksum",
+          "user.kvfs.location"};
+}
+
+nlohmann::json Control::NodesJson() {
+  if (cluster_.nodes) return cluster_.nodes();
+  return SingleNodeNodesJson(store_->Stats());
+}
+
+Result<nlohmann::json> Control::LocationJson(uint64_t ino) {
+  if (cluster_.location) return cluster_.location(ino);
+  KVFS_RETURN_IF_ERROR(ns_->Record(ino).status());
+  return SingleNodeLocationJson();
 }
 
 Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
   // Not in XattrNames: listing it would make `getfattr -d` read every byte of every file.
   if (name == "user.kvfs.verify") return Verify(ino);
+  if (name == "user.kvfs.location") {
+    KVFS_ASSIGN_OR_RETURN(nlohmann::json location, LocationJson(ino));
+    return location.dump();
+  }
   if (name == "user.kvfs.checksum") return Checksum(ino);
   if (name != "user.kvfs.stat" && name != "user.kvfs.id" && name != "user.kvfs.state")
     return Status::Error(ENODATA, "no such attribute");

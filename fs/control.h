@@ -2,6 +2,7 @@
 //
 //   .kvfs/status  read-only JSON snapshot (taken at open)
 //   .kvfs/stats   read-only "key value" lines (taken at open)
+//   .kvfs/nodes   read-only JSON: this node and its cluster peers (one node when single)
 //   .kvfs/ctl     transactional: open O_RDWR, write one command line, read the JSON reply on the
 //                 same fd. Commands are registered by name (Register), so later ones (pin,
 //                 evict, verify) slot in without touching the FUSE layer.
@@ -48,6 +49,7 @@ class Control {
   static constexpr uint64_t kStatusIno = kDirIno + 1;
   static constexpr uint64_t kStatsIno = kDirIno + 2;
   static constexpr uint64_t kCtlIno = kDirIno + 3;
+  static constexpr uint64_t kNodesIno = kDirIno + 4;
   static bool Owns(uint64_t ino) { return ino >= kDirIno; }
   // Whether lookup(parent, name) is ours to answer.
   static bool Handles(uint64_t parent, std::string_view name) {
@@ -55,6 +57,13 @@ class Control {
   }
 
   using Command = std::function<Result<nlohmann::json>(const std::vector<std::string>& args)>;
+
+  // What a cluster node adds (fs/cluster_node.h): .kvfs/nodes and user.kvfs.location. Unset:
+  // the single-node answers.
+  struct ClusterView {
+    std::function<nlohmann::json()> nodes;
+    std::function<Result<nlohmann::json>(uint64_t ino)> location;
+  };
 
   Control(Namespace* ns, ChunkStore* store, DaemonInfo info);
 
@@ -68,6 +77,9 @@ class Control {
   void Release(ControlHandle* h) { delete h; }
 
   void Register(const std::string& name, const std::string& help, Command command);
+  void SetClusterView(ClusterView view) { cluster_ = std::move(view); }
+  nlohmann::json NodesJson();
+  Result<nlohmann::json> LocationJson(uint64_t ino);
   // Runs one command line; the reply always has "ok" and, on failure, "errno" and "error".
   nlohmann::json Execute(const std::string& line);
 
@@ -95,6 +107,7 @@ class Control {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::map<std::string, Registered> commands_;
+  ClusterView cluster_;  // set before the mount serves requests
 };
 
 }  // namespace kvfs::fs

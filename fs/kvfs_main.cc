@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "cluster_node.h"
 #include "control.h"
 #include "fuse_ops.h"
 #include "kvfs/local_engine.h"
@@ -127,11 +128,22 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
 
   auto store = OpenStore(o);
   if (!store.ok()) return reporter.Fail("cannot open the engine: " + store.status().ToString());
+  // Cluster mode (--listen or peers): the fs runs over a ClusterStore wrapping the engine.
+  std::unique_ptr<ClusterNode> cluster;
+  ChunkStore* fs_store = store->get();
+  if (o.cluster.enabled()) {
+    auto node = ClusterNode::Start(o, store->get());
+    if (!node.ok()) return reporter.Fail("cannot start the cluster node: " + node.status().ToString());
+    cluster = std::move(*node);
+    fs_store = cluster->store();
+  }
   Notifier notifier;
-  Namespace ns(store->get(), &notifier);
+  Namespace ns(fs_store, &notifier);
+  if (cluster) cluster->BeginLoad();
   if (Status st = ns.Load(); !st.ok()) return reporter.Fail("cannot load: " + st.ToString());
+  if (cluster) cluster->Attach(&ns);
   StoreEvents events(&ns);
-  (*store)->SetListener(&events);
+  fs_store->SetListener(&events);
 
   DaemonInfo info;
   info.mountpoint = o.mountpoint;
@@ -142,8 +154,12 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   info.durability = DurabilityName(o.durability);
   info.compression = CompressionName(o.compression);
   if (metrics) info.metrics = metrics->address();
-  Control control(&ns, store->get(), info);
-  FsContext ctx{&ns, &control, store->get()};
+  Control control(&ns, fs_store, info);
+  if (cluster) {
+    control.SetClusterView({[&cluster] { return cluster->NodesJson(); },
+                            [&cluster, &ns](uint64_t ino) { return cluster->LocationJson(ino, &ns); }});
+  }
+  FsContext ctx{&ns, &control, fs_store};
 
   auto session = Session::Mount(o.mountpoint, o.fuse_options, &ctx);
   if (!session.ok()) return reporter.Fail(session.status().message());
@@ -163,17 +179,19 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   if (metrics) metrics->Stop();  // scrapes read the namespace and the store
   notifier.Stop();
   session->reset();  // unmount and destroy the session before the namespace goes away
-  (*store)->SetListener(nullptr);
+  fs_store->SetListener(nullptr);
 
   int exit_code = 0;
   if (Status st = ns.PersistLazy(); !st.ok()) {
     spdlog::error("kvfs: persisting times failed: {}", st.ToString());
     exit_code = 1;
   }
-  if (Status st = (*store)->Sync(); !st.ok()) {
+  if (Status st = fs_store->Sync(); !st.ok()) {
     spdlog::error("kvfs: final sync failed: {}", st.ToString());
     exit_code = 1;
   }
+  if (cluster) cluster->Shutdown();  // stops serving peers, writes the namespace snapshot
+  cluster.reset();                   // before the engine it wraps
   store->reset();
   spdlog::info("kvfs: stopped cleanly");
   spdlog::shutdown();

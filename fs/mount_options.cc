@@ -11,13 +11,41 @@
 #include <filesystem>
 #include <map>
 
+#include "config_file.h"
 #include "kvfs/size.h"
 #include "kvfs/version.h"
 
 namespace kvfs::fs {
 namespace {
 
-Result<DeviceSpec> ParseDevice(const std::string& text) {
+// Splits each -o value at commas, takes config=PATH out of it (ours, not libfuse's), and keeps
+// the rest as given.
+std::string TakeConfigOption(std::vector<std::string>& fuse_options) {
+  std::string config;
+  std::vector<std::string> kept;
+  for (const std::string& value : fuse_options) {
+    std::string rest;
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t comma = value.find(',', start);
+      if (comma == std::string::npos) comma = value.size();
+      std::string item = value.substr(start, comma - start);
+      if (item.rfind("config=", 0) == 0) {
+        config = item.substr(7);
+      } else if (!item.empty()) {
+        rest += (rest.empty() ? "" : ",") + item;
+      }
+      start = comma + 1;
+    }
+    if (!rest.empty()) kept.push_back(rest);
+  }
+  fuse_options = std::move(kept);
+  return config;
+}
+
+}  // namespace
+
+Result<DeviceSpec> ParseDeviceSpec(const std::string& text) {
   DeviceSpec spec;
   // PATH[:SIZE]: the size is whatever follows the last ':' when it parses as a size, so paths
   // containing ':' still work when no size is given.
@@ -36,8 +64,6 @@ Result<DeviceSpec> ParseDevice(const std::string& text) {
   if (spec.path.empty()) return Status::Invalid("--device needs a path: '" + text + "'");
   return spec;
 }
-
-}  // namespace
 
 const char* DurabilityName(Durability d) { return d == Durability::kClose ? "close" : "async"; }
 
@@ -70,14 +96,23 @@ uint64_t DefaultCapacity(uint64_t free_bytes) {
 ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   ParsedCommandLine out;
   MountOptions opts;
+  // The command line is parsed into its own variables first: a config file fills `opts`, and
+  // only the flags actually given (app.count) override it.
+  MountOptions cli;
   std::string capacity, durability = "close", compression = "off";
   std::vector<std::string> devices;
+  std::string config_path;
+  int node_id = 0;
+  std::vector<std::string> peers;
+  uint32_t replicas = 0, request_timeout_ms = 0;
 
   CLI::App app{"kvfs: a FUSE filesystem for LLM KV-cache files, backed by a local chunk engine",
                "kvfs"};
   app.set_version_flag("--version", std::string("kvfs ") + KVFS_VERSION);
   app.add_option("MOUNTPOINT", opts.mountpoint, "Directory to mount on")->required();
-  app.add_option("--data", opts.data_dir,
+  app.add_option("--config", config_path,
+                 "TOML configuration file (kvfs.conf(5)); flags override it. Also -o config=PATH");
+  app.add_option("--data", cli.data_dir,
                  "Data directory: journal, checkpoint, default device (default: /var/lib/kvfs "
                  "as root, else $XDG_DATA_HOME/kvfs)");
   app.add_option("--capacity", capacity,
@@ -90,20 +125,35 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
       ->check(CLI::IsMember({"close", "async"}));
   app.add_option("--compress", compression, "Segment compression: off, lz4 or auto")
       ->check(CLI::IsMember({"off", "lz4", "auto"}));
-  app.add_option("--eviction", opts.eviction,
+  app.add_option("--eviction", cli.eviction,
                  "Eviction policy when the cache is full: lru (default), lfu, fifo, prefix")
       ->check(CLI::IsMember({"lru", "lfu", "fifo", "prefix"}));
-  app.add_option("--high-watermark", opts.high_watermark,
+  app.add_option("--high-watermark", cli.high_watermark,
                  "Evict once used space passes this fraction of capacity (default 0.90)");
-  app.add_option("--low-watermark", opts.low_watermark,
+  app.add_option("--low-watermark", cli.low_watermark,
                  "Evict down to this fraction of capacity (default 0.80; below the high one)");
   app.add_flag("-f,--foreground", opts.foreground, "Stay in the foreground, log to stderr");
   app.add_option("-o", opts.fuse_options, "FUSE mount options (comma-separated, repeatable)");
-  app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error")
+  app.add_option("--log-level", cli.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--store", opts.store, "")->group("")->check(CLI::IsMember({"local", "memory"}));
   app.add_option("--metrics", opts.metrics,
                  "Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default)");
+  // Cluster mode (docs/cluster.md): on when --listen or a peer is given.
+  app.add_option("--node-id", node_id, "This node's id in the cluster, 1..65535")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--listen", cli.cluster.listen, "Serve peers on HOST:PORT (cluster mode)");
+  app.add_option("--peer", peers, "A peer node N=HOST:PORT (repeatable; replaces the file's)");
+  app.add_option("--replicas", replicas, "Copies of each chunk placed by rendezvous hashing")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--secret-file", cli.cluster.secret_file,
+                 "File with the cluster's shared secret (at least 16 bytes)");
+  app.add_option("--transport", cli.cluster.transport,
+                 "Peer transport: tcp, rdma, or auto (RDMA when a device exists, else TCP)")
+      ->check(CLI::IsMember({"tcp", "rdma", "auto"}));
+  app.add_option("--request-timeout", request_timeout_ms,
+                 "Deadline of one request to a peer, in milliseconds (default 1000)")
+      ->check(CLI::Range(10, 600000));
 
   try {
     app.parse(argc, argv);
@@ -124,6 +174,41 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
     out.message = "kvfs: " + msg + "\n";
     return out;
   };
+  if (std::string from_o = TakeConfigOption(opts.fuse_options); !from_o.empty()) {
+    if (!config_path.empty() && config_path != from_o)
+      return fail("both --config and -o config= given");
+    config_path = from_o;
+  }
+  if (!config_path.empty()) {
+    std::error_code ec;
+    opts.config_file = std::filesystem::absolute(config_path, ec).lexically_normal().string();
+    if (Status st = LoadConfigFile(opts.config_file, opts); !st.ok()) return fail(st.message());
+  }
+  const bool given_devices = app.count("--device") > 0;
+  if (app.count("--data")) opts.data_dir = cli.data_dir;
+  if (app.count("--eviction")) opts.eviction = cli.eviction;
+  if (app.count("--high-watermark")) opts.high_watermark = cli.high_watermark;
+  if (app.count("--low-watermark")) opts.low_watermark = cli.low_watermark;
+  if (app.count("--log-level")) opts.log_level = cli.log_level;
+  if (app.count("--node-id")) opts.cluster.node_id = static_cast<uint16_t>(node_id);
+  if (app.count("--listen")) opts.cluster.listen = cli.cluster.listen;
+  if (app.count("--replicas")) opts.cluster.replicas = replicas;
+  if (app.count("--secret-file")) opts.cluster.secret_file = cli.cluster.secret_file;
+  if (app.count("--transport")) opts.cluster.transport = cli.cluster.transport;
+  if (app.count("--request-timeout")) opts.cluster.request_timeout_ms = request_timeout_ms;
+  if (app.count("--peer")) {
+    opts.cluster.peers.clear();
+    for (const std::string& p : peers) {
+      auto spec = ParsePeerFlag(p);
+      if (!spec.ok()) return fail(spec.status().message());
+      opts.cluster.peers.push_back(*spec);
+    }
+  }
+  if (app.count("--listen")) {
+    if (auto hp = ParseHostPort(opts.cluster.listen); !hp.ok())
+      return fail("--listen: " + hp.status().message());
+  }
+  if (Status st = ValidateClusterSettings(opts.cluster); !st.ok()) return fail(st.message());
   if (!capacity.empty()) {
     auto size = ParseSize(capacity);
     if (!size.ok()) return fail("--capacity: " + size.status().message());
@@ -134,15 +219,20 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
     return fail("--high-watermark must be a fraction in (0, 1]");
   if (!(opts.low_watermark > 0.0 && opts.low_watermark < opts.high_watermark))
     return fail("--low-watermark must be above 0 and below --high-watermark");
-  for (const auto& d : devices) {
-    auto spec = ParseDevice(d);
-    if (!spec.ok()) return fail(spec.status().message());
-    opts.devices.push_back(*spec);
+  if (given_devices) {
+    opts.devices.clear();
+    for (const auto& d : devices) {
+      auto spec = ParseDeviceSpec(d);
+      if (!spec.ok()) return fail(spec.status().message());
+      opts.devices.push_back(*spec);
+    }
   }
-  opts.durability = durability == "async" ? Durability::kAsync : Durability::kClose;
-  opts.compression = compression == "lz4"    ? Compression::kLz4
-                     : compression == "auto" ? Compression::kAuto
-                                             : Compression::kOff;
+  if (app.count("--durability"))
+    opts.durability = durability == "async" ? Durability::kAsync : Durability::kClose;
+  if (app.count("--compress"))
+    opts.compression = compression == "lz4"    ? Compression::kLz4
+                       : compression == "auto" ? Compression::kAuto
+                                               : Compression::kOff;
   std::error_code ec;
   auto mp = std::filesystem::absolute(opts.mountpoint, ec);
   if (ec) return fail("bad mountpoint '" + opts.mountpoint + "'");

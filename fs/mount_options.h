@@ -1,6 +1,6 @@
-// MountOptions: everything `kvfs MOUNTPOINT ...` accepts, and its command-line parser. Kept apart
-// from the daemon so a config file (--config, TOML) can fill the same struct later: the file
-// sets values first and the command line overrides them.
+// MountOptions: everything `kvfs MOUNTPOINT ...` accepts, and its command-line parser. A TOML
+// config file (--config PATH or -o config=PATH, config_file.h) fills the same struct first and
+// the command line overrides it.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,28 @@
 #include "kvfs/status.h"
 
 namespace kvfs::fs {
+
+// A peer of a cluster node: --peer N=HOST:PORT or [[cluster.peers]] in the config file.
+struct PeerSpec {
+  uint16_t id = 0;
+  std::string host;
+  uint16_t port = 0;
+};
+
+// The cluster part of the options (docs/cluster.md). Cluster mode is on when a listen address
+// or a peer is given; otherwise kvfs runs as the single node it always was.
+struct ClusterSettings {
+  uint16_t node_id = 0;  // 1..65535, unique in the cluster (0: not set)
+  std::string listen;    // HOST:PORT the peer server binds; empty: none
+  std::vector<PeerSpec> peers;
+  uint32_t replicas = 2;        // R: copies placed by rendezvous ranking
+  std::string secret_file;      // the shared secret peers prove (>= 16 bytes)
+  std::string transport = "auto";  // tcp | rdma | auto (RDMA when a device exists, else TCP)
+  uint32_t request_timeout_ms = 1000;
+  uint32_t ping_interval_ms = 500;
+  bool keep_local_copy = true;  // the writer keeps its own copy besides the R placed ones
+  bool enabled() const { return !listen.empty() || !peers.empty(); }
+};
 
 struct MountOptions {
   std::string mountpoint;           // absolute path
@@ -29,6 +51,8 @@ struct MountOptions {
   // --metrics ADDR:PORT: serve Prometheus metrics there (metrics_server.h); empty: off.
   std::string metrics;
   std::string store = "local";  // hidden: "memory" runs without persistence (debug)
+  std::string config_file;      // --config or -o config=PATH; empty: none
+  ClusterSettings cluster;
 };
 
 // What the command line asked for: run with `options`, or exit at once with `exit_code` after
@@ -40,6 +64,9 @@ struct ParsedCommandLine {
 };
 
 ParsedCommandLine ParseMountOptions(int argc, char** argv);
+
+// "PATH[:SIZE]" as given to --device (and in the config file's devices list).
+Result<DeviceSpec> ParseDeviceSpec(const std::string& text);
 
 // Fills what the user left out: the data directory (created if missing) and the capacity
 // (25% of the data dir's free space, at least 256 MiB, at most 64 GiB).

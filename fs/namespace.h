@@ -151,6 +151,17 @@ class Namespace {
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
 
+  // --- changes made on other cluster nodes (namespace_remote.cc). Nothing is applied to the
+  // store (it already holds them); the kernel is told through the InvalidationSink, never
+  // from the caller's thread. Applying the same change twice is a no-op.
+  // A record a peer created, renamed, republished or changed the attributes of.
+  void ApplyRemotePut(const ObjectRecord& rec);
+  // A record a peer removed (unlink, rmdir, the replaced side of a rename).
+  void ApplyRemoteRemove(ObjectId id);
+  // The store swapped the layout object of a record for one with the same content (cluster
+  // layout after a local publish, local copy dropped): holders of `from` switch to `to`.
+  void ReplaceLayout(ObjectId id, const LayoutRef& from, const LayoutRef& to);
+
   // --- open files (file_handle.cc)
   // A new, unpublished file open for writing (flags as in open(2)).
   Result<std::pair<EntryInfo, FileHandle*>> Create(uint64_t parent, std::string_view name,
@@ -183,6 +194,14 @@ class Namespace {
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
   Status PublishLocked(FileHandle* fh);             // session->mu held
   void TouchAtime(Inode* in);                       // mu_ held
+  // namespace_remote.cc, mu_ held: the names whose dentries and the inodes whose caches went
+  // stale are appended for the caller to announce after unlocking.
+  struct Stale {
+    std::vector<std::pair<uint64_t, std::string>> entries;
+    std::vector<std::pair<uint64_t, bool>> inodes;  // ino, data
+  };
+  void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
+  bool ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale);
 
   ChunkStore* store_;
   InvalidationSink* sink_;
@@ -193,6 +212,8 @@ class Namespace {
   std::condition_variable apply_cv_;
   uint64_t serving_ticket_ = 0;
   LookupCounters counters_;
+  // Peer records whose parent directory has not arrived yet, by parent id (namespace_remote.cc).
+  std::unordered_map<uint64_t, std::vector<ObjectRecord>> remote_orphans_;
 };
 
 Timespec64 Now();

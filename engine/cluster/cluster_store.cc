@@ -30,10 +30,18 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(ChunkStore* local,
   if (options.secret.empty()) return Status::Invalid("a cluster needs a shared secret");
   std::unique_ptr<ClusterStore> store(new ClusterStore(local, std::move(options)));
   KVFS_RETURN_IF_ERROR(store->LoadHeldChunks());
+  KVFS_RETURN_IF_ERROR(store->LoadSnapshot());
+  // The local store's evictions and corrupt drops are about held chunks, not names: they come
+  // here first (local_removal.cc).
+  local->SetListener(&store->local_events_);
+  store->house_ = std::thread([s = store.get()] { s->Housekeeping(); });
   return store;
 }
 
-ClusterStore::~ClusterStore() { Shutdown(); }
+ClusterStore::~ClusterStore() {
+  Shutdown();
+  local_->SetListener(nullptr);
+}
 
 Status ClusterStore::LoadHeldChunks() {
   std::lock_guard lock(mu_);
@@ -45,7 +53,10 @@ Status ClusterStore::LoadHeldChunks() {
   }
   if (chunk_dir_ == kInvalidId) return Status::Ok();
   for (const ObjectRecord& r : records) {
-    if (r.parent == chunk_dir_ && r.type == ObjectType::kFile) chunks_[r.name] = {r.id, r.layout};
+    if (r.parent == chunk_dir_ && r.type == ObjectType::kFile) {
+      chunks_[r.name] = {r.id, r.layout, r.flags};
+      key_of_local_[r.id] = r.name;
+    }
   }
   spdlog::info("cluster node {}: {} chunks held locally", options_.self, chunks_.size());
   return Status::Ok();
@@ -59,6 +70,7 @@ Result<uint16_t> ClusterStore::Listen(const std::string& host, uint16_t port) {
   so.secret = options_.secret;
   so.node_name = "node" + std::to_string(options_.self);
   so.threads = 4;
+  so.kind = options_.transport;
   auto server = StartPeerServer(so, this);
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
@@ -76,6 +88,10 @@ Status ClusterStore::Join(const std::vector<NodeInfo>& nodes) {
   mo.client.connect_timeout = options_.request_timeout;
   mo.client.request_timeout = options_.request_timeout;
   mo.client.connections = 2;
+  mo.client.kind = options_.transport;
+  for (const NodeInfo& n : nodes) {
+    if (n.id != options_.self) traffic_.emplace(n.id, std::make_unique<TrafficCounters>());
+  }
   KVFS_ASSIGN_OR_RETURN(membership_, Membership::Create(options_.self, nodes, mo));
   // A peer that comes back may have changed things while we could not hear it.
   membership_->SetOnUp([this](NodeId id) { PullFrom(id); });
@@ -89,6 +105,77 @@ Status ClusterStore::Join(const std::vector<NodeInfo>& nodes) {
 void ClusterStore::Shutdown() {
   if (server_) server_->Stop();
   if (membership_) membership_->Stop();
+  {
+    std::lock_guard lock(house_mu_);
+    house_stop_ = true;
+  }
+  house_cv_.notify_all();
+  if (house_.joinable()) house_.join();
+  DrainLocalRemovals();
+  if (Status st = SaveSnapshot(); !st.ok())
+    spdlog::error("cluster: final namespace snapshot failed: {}", st.ToString());
+}
+
+Status ClusterStore::Sync() {
+  KVFS_RETURN_IF_ERROR(SaveSnapshot());
+  return local_->Sync();
+}
+
+ClusterStore::TrafficCounters* ClusterStore::TrafficFor(NodeId peer) const {
+  auto it = traffic_.find(peer);
+  return it == traffic_.end() ? nullptr : it->second.get();
+}
+
+PeerTraffic ClusterStore::traffic(NodeId peer) const {
+  PeerTraffic t;
+  if (TrafficCounters* c = TrafficFor(peer)) {
+    t.gets_sent = c->gets_sent;
+    t.puts_sent = c->puts_sent;
+    t.pushes_sent = c->pushes_sent;
+    t.pushes_received = c->pushes_received;
+  }
+  return t;
+}
+
+std::string ClusterStore::transport_name() const {
+  if (options_.transport == TransportKind::kTcp) return "tcp";
+  if (options_.transport == TransportKind::kRdma) return "rdma";
+  return RdmaDeviceAvailable() ? "rdma" : "tcp";
+}
+
+Result<ChunkLocation> ClusterStore::Location(ObjectId id) const {
+  std::lock_guard lock(mu_);
+  auto it = ns_.find(id);
+  if (it == ns_.end()) return Status::NotFound("no such record in the cluster namespace");
+  ChunkLocation loc;
+  if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
+    loc.chunk_key = cl->chunk_key;
+    loc.replicas = cl->replicas;
+    loc.local = chunks_.count(cl->chunk_key) != 0;
+  }
+  return loc;
+}
+
+void ClusterStore::SetEntryLocked(ObjectId id, Entry e) {
+  auto old = ns_.find(id);
+  if (old != ns_.end()) {
+    if (auto* cl = AsClusterLayout(old->second.rec.layout.get())) {
+      auto n = named_by_.find(cl->chunk_key);
+      if (n != named_by_.end() && n->second == id) named_by_.erase(n);
+    }
+  }
+  if (auto* cl = AsClusterLayout(e.rec.layout.get())) named_by_[cl->chunk_key] = id;
+  ns_[id] = std::move(e);
+  ++ns_version_;
+}
+
+void ClusterStore::EraseEntryLocked(std::map<ObjectId, Entry>::iterator it) {
+  if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
+    auto n = named_by_.find(cl->chunk_key);
+    if (n != named_by_.end() && n->second == it->first) named_by_.erase(n);
+  }
+  ns_.erase(it);
+  ++ns_version_;
 }
 
 ClusterCounters ClusterStore::counters() const {
@@ -115,7 +202,7 @@ uint64_t ClusterStore::Now() const {
 
 // ---- local chunk keeping ----
 
-Status ClusterStore::StoreChunkLocked(const std::string& key, LayoutRef layout) {
+Status ClusterStore::StoreChunkLocked(const std::string& key, LayoutRef layout, uint32_t flags) {
   MetaBatch batch;
   if (chunk_dir_ == kInvalidId) {
     ObjectRecord dir;
@@ -134,12 +221,24 @@ Status ClusterStore::StoreChunkLocked(const std::string& key, LayoutRef layout) 
   rec.name = key;
   rec.type = ObjectType::kFile;
   rec.mode = 0600;
+  rec.flags = flags;
   rec.layout = layout;
   batch.puts.push_back(rec);
   KVFS_RETURN_IF_ERROR(local_->Apply(batch));
   chunk_dir_ = dir_id;
-  chunks_[key] = {rec.id, std::move(layout)};
+  chunks_[key] = {rec.id, std::move(layout), flags};
+  key_of_local_[rec.id] = key;
   return Status::Ok();
+}
+
+void ClusterStore::SyncChunkFlagsLocked(const Entry& e) {
+  auto* cl = AsClusterLayout(e.rec.layout.get());
+  if (!cl) return;
+  auto it = chunks_.find(cl->chunk_key);
+  const uint32_t want = e.rec.flags & kFlagPinned;
+  if (it == chunks_.end() || it->second.flags == want) return;
+  Status st = StoreChunkLocked(cl->chunk_key, it->second.layout, want);
+  if (!st.ok()) spdlog::warn("cluster: pinning chunk {}: {}", cl->chunk_key, st.ToString());
 }
 
 void ClusterStore::DropChunkLocked(const std::string& key) {
@@ -152,6 +251,7 @@ void ClusterStore::DropChunkLocked(const std::string& key) {
     spdlog::warn("cluster: dropping chunk {} failed: {}", key, st.ToString());
     return;
   }
+  key_of_local_.erase(it->second.local_id);
   chunks_.erase(it);
 }
 
@@ -210,6 +310,7 @@ Result<LayoutRef> ClusterStore::Publish(ObjectId id, const LayoutRef& fresh) {
     CallOptions call;
     call.timeout = options_.request_timeout;
     ++puts_sent_;
+    if (TrafficCounters* t = TrafficFor(n)) ++t->puts_sent;
     auto put = membership_->Client(n)->Put(req, wire::AsBytes(bytes), call);
     if (put.ok()) {
       replicas.push_back(n);
@@ -217,26 +318,50 @@ Result<LayoutRef> ClusterStore::Publish(ObjectId id, const LayoutRef& fresh) {
       spdlog::warn("cluster: PUT {} to node {} failed: {}", key, n, put.status().ToString());
     }
   }
-  // The writer's own copy is listed last: readers elsewhere try the ranked nodes first.
-  if (std::find(replicas.begin(), replicas.end(), options_.self) == replicas.end()) {
-    replicas.push_back(options_.self);
+  const bool ranked_self =
+      std::find(replicas.begin(), replicas.end(), options_.self) != replicas.end();
+  bool keep = true;
+  if (!ranked_self) {
+    if (options_.keep_local_copy || replicas.empty()) {
+      // The writer's own copy is listed last: readers elsewhere try the ranked nodes first.
+      replicas.push_back(options_.self);
+    } else {
+      keep = false;
+      std::lock_guard lock(mu_);
+      DropChunkLocked(key);
+    }
   }
   auto layout = std::make_shared<ClusterLayout>();
   layout->size = size;
   layout->chunk_key = key;
   layout->replicas = std::move(replicas);
-  layout->local = fresh;
+  if (keep) layout->local = fresh;
   return LayoutRef(std::move(layout));
 }
 
 Status ClusterStore::Apply(const MetaBatch& batch) {
   // Publish first (network I/O, no lock held), then change the namespace in one step.
   std::vector<ObjectRecord> puts = batch.puts;
+  std::vector<std::pair<ObjectRecord*, LayoutRef>> published;  // record, the caller's layout
   for (ObjectRecord& rec : puts) {
-    if (rec.layout && rec.type == ObjectType::kFile &&
-        AsClusterLayout(rec.layout.get()) == nullptr) {
-      KVFS_ASSIGN_OR_RETURN(rec.layout, Publish(rec.id, rec.layout));
+    if (!rec.layout || rec.type != ObjectType::kFile || AsClusterLayout(rec.layout.get())) {
+      continue;
     }
+    {
+      // A caller that still holds the local layout of a version published before (a rename or
+      // chmod right after the publish) means that version, not a new one.
+      std::lock_guard lock(mu_);
+      auto it = ns_.find(rec.id);
+      const ClusterLayout* cl = it != ns_.end() ? AsClusterLayout(it->second.rec.layout.get())
+                                                : nullptr;
+      if (cl && cl->local == rec.layout) {
+        rec.layout = it->second.rec.layout;
+        continue;
+      }
+    }
+    LayoutRef fresh = rec.layout;
+    KVFS_ASSIGN_OR_RETURN(rec.layout, Publish(rec.id, rec.layout));
+    published.emplace_back(&rec, std::move(fresh));
   }
   wire::NamespaceUpdate update;
   update.origin = options_.self;
@@ -249,9 +374,10 @@ Status ClusterStore::Apply(const MetaBatch& batch) {
         if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
           DropChunkLocked(cl->chunk_key);
         }
-        ns_.erase(it);
+        EraseEntryLocked(it);
       }
       tombstones_[id] = {stamp, options_.self};
+      ++ns_version_;
       update.removes.push_back({id, stamp, options_.self});
     }
     for (ObjectRecord& rec : puts) {
@@ -264,13 +390,19 @@ Status ClusterStore::Apply(const MetaBatch& batch) {
         }
       }
       tombstones_.erase(rec.id);
-      Entry e{std::move(rec), stamp, options_.self};
+      Entry e{rec, stamp, options_.self};
       update.puts.push_back(ToWire(e));
-      ns_[e.rec.id] = std::move(e);
+      SyncChunkFlagsLocked(e);
+      SetEntryLocked(e.rec.id, std::move(e));
     }
     last_stamp_ = stamp;
   }
   Broadcast(update);
+  // The caller keeps the local layout it published; point it at the cluster layout instead.
+  if (ClusterListener* l = listener_.load()) {
+    for (const auto& [rec, fresh] : published) l->OnLayoutReplaced(rec->id, fresh, rec->layout);
+  }
+  DrainLocalRemovals();
   return Status::Ok();
 }
 
@@ -282,6 +414,7 @@ void ClusterStore::Broadcast(const wire::NamespaceUpdate& update) {
   for (NodeId n : membership_->LiveNodes()) {
     if (n == options_.self) continue;
     ++pushes_sent_;
+    if (TrafficCounters* t = TrafficFor(n)) ++t->pushes_sent;
     Status st = membership_->Client(n)->PushNamespace(update, call);
     if (!st.ok()) spdlog::warn("cluster: namespace push to node {} failed: {}", n, st.ToString());
   }
@@ -350,6 +483,7 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
       req.offset = offset + done;
       req.length = std::min(len - done, kMaxPiece);
       ++gets_sent_;
+      if (TrafficCounters* t = TrafficFor(n)) ++t->gets_sent;
       auto r = client->Get(req, std::span<uint8_t>(out + done, req.length), call);
       if (!r.ok()) {
         last = r.status();
@@ -366,15 +500,7 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
   // be reached now: EIO.
   {
     std::lock_guard lock(mu_);
-    bool named = false;
-    for (const auto& [id, e] : ns_) {
-      const ClusterLayout* cl = AsClusterLayout(e.rec.layout.get());
-      if (cl && cl->chunk_key == layout.chunk_key) {
-        named = true;
-        break;
-      }
-    }
-    if (!named) return Status::NotFound("chunk " + layout.chunk_key + " is no longer named");
+    if (named_by_.count(layout.chunk_key) == 0) return Status::NotFound("chunk " + layout.chunk_key + " is no longer named");
   }
   return Status::IoError("chunk " + layout.chunk_key + " unreachable: " + last.ToString());
 }
@@ -492,22 +618,31 @@ Result<wire::PutReply> ClusterStore::Put(const wire::PutRequest& req,
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkWriter> writer, local_->NewWriter(nullptr));
   KVFS_RETURN_IF_ERROR(writer->Write(0, data.data(), data.size()));
   KVFS_ASSIGN_OR_RETURN(LayoutRef layout, writer->Finish());
-  std::lock_guard lock(mu_);
-  KVFS_RETURN_IF_ERROR(StoreChunkLocked(req.key, layout));
-  // Records that arrived before their chunk now read locally.
-  for (auto& [id, e] : ns_) {
-    auto* cl = AsClusterLayout(e.rec.layout.get());
-    if (cl && cl->chunk_key == req.key && !cl->local) {
-      auto copy = std::make_shared<ClusterLayout>(*cl);
-      copy->local = layout;
-      e.rec.layout = std::move(copy);
+  wire::PutReply reply;
+  {
+    std::lock_guard lock(mu_);
+    // A record that arrived before its chunk says whether it is pinned, and now reads locally.
+    auto named = named_by_.find(req.key);
+    auto entry = named != named_by_.end() ? ns_.find(named->second) : ns_.end();
+    const uint32_t flags = entry != ns_.end() ? (entry->second.rec.flags & kFlagPinned) : 0;
+    KVFS_RETURN_IF_ERROR(StoreChunkLocked(req.key, layout, flags));
+    if (entry != ns_.end()) {
+      auto* cl = AsClusterLayout(entry->second.rec.layout.get());
+      if (cl && !cl->local) {
+        auto copy = std::make_shared<ClusterLayout>(*cl);
+        copy->local = layout;
+        entry->second.rec.layout = std::move(copy);
+      }
     }
+    reply = wire::PutReply{chunks_[req.key].local_id, 0};
   }
-  return wire::PutReply{chunks_[req.key].local_id, 0};
+  DrainLocalRemovals();
+  return reply;
 }
 
 Status ClusterStore::ApplyNamespace(const wire::NamespaceUpdate& update) {
   ++pushes_received_;
+  if (TrafficCounters* t = TrafficFor(update.origin)) ++t->pushes_received;
   return Merge(update);
 }
 
@@ -527,11 +662,13 @@ Status ClusterStore::Merge(const wire::NamespaceUpdate& update) {
         continue;  // a later put of this id wins over the remove
       }
       tombstones_[r.id] = {r.stamp, r.origin};
+      last_stamp_ = std::max(last_stamp_, r.stamp);
+      ++ns_version_;
       if (it == ns_.end()) continue;
       if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
         DropChunkLocked(cl->chunk_key);
       }
-      ns_.erase(it);
+      EraseEntryLocked(it);
       remove_events.push_back(r.id);
     }
     for (const wire::NamespaceRecord& w : update.puts) {
@@ -550,8 +687,11 @@ Status ClusterStore::Merge(const wire::NamespaceUpdate& update) {
         if (old_cl && old_cl->chunk_key != w.chunk_key) DropChunkLocked(old_cl->chunk_key);
       }
       tombstones_.erase(w.id);
+      // Our next stamp follows every change we have seen, even from a peer whose clock leads.
+      last_stamp_ = std::max(last_stamp_, w.stamp);
       put_events.push_back(e.rec);
-      ns_[w.id] = std::move(e);
+      SyncChunkFlagsLocked(e);
+      SetEntryLocked(w.id, std::move(e));
     }
   }
   // The listener runs outside the lock: it may call back into Read or Records.

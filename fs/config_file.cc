@@ -1,0 +1,327 @@
+#include "config_file.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <set>
+#include <toml.hpp>
+
+#include "kvfs/size.h"
+#include "kvfs/transport.h"
+#include "mount_options.h"
+
+namespace kvfs::fs {
+namespace {
+
+// Where a bad value was found, for messages: "config /etc/kvfs.toml: cluster.replicas: ...".
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+  Status Fail(const std::string& key, const std::string& why) const {
+    return Status::Invalid("config " + path_ + ": " + key + ": " + why);
+  }
+  Result<std::string> String(const std::string& key, const toml::value& v) const {
+    if (!v.is_string()) return Fail(key, "expected a string");
+    return v.as_string().str;
+  }
+  Result<int64_t> Integer(const std::string& key, const toml::value& v, int64_t lo,
+                          int64_t hi) const {
+    if (!v.is_integer()) return Fail(key, "expected an integer");
+    int64_t n = v.as_integer();
+    if (n < lo || n > hi)
+      return Fail(key, std::to_string(n) + " is out of range [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]");
+    return n;
+  }
+  Result<double> Fraction(const std::string& key, const toml::value& v) const {
+    double d;
+    if (v.is_floating()) {
+      d = v.as_floating();
+    } else if (v.is_integer()) {
+      d = static_cast<double>(v.as_integer());
+    } else {
+      return Fail(key, "expected a number");
+    }
+    if (!(d > 0.0 && d <= 1.0)) return Fail(key, "expected a fraction in (0, 1]");
+    return d;
+  }
+  Result<bool> Bool(const std::string& key, const toml::value& v) const {
+    if (!v.is_boolean()) return Fail(key, "expected true or false");
+    return v.as_boolean();
+  }
+  Result<std::string> OneOf(const std::string& key, const toml::value& v,
+                            std::initializer_list<const char*> allowed) const {
+    KVFS_ASSIGN_OR_RETURN(std::string s, String(key, v));
+    std::string list;
+    for (const char* a : allowed) {
+      if (s == a) return s;
+      list += list.empty() ? a : std::string(", ") + a;
+    }
+    return Fail(key, "'" + s + "' is not one of " + list);
+  }
+
+ private:
+  std::string path_;
+};
+
+bool PlausibleHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') return false;
+  }
+  return host.front() != '-' && host.front() != '.';
+}
+
+// The storage keys (mirroring the command line). They may sit in [storage] or at the top level.
+Status ApplyStorageKey(const Reader& r, const std::string& key, const std::string& shown,
+                       const toml::value& v, MountOptions& o) {
+  if (key == "data_dir") {
+    KVFS_ASSIGN_OR_RETURN(o.data_dir, r.String(shown, v));
+    if (o.data_dir.empty()) return r.Fail(shown, "must not be empty");
+  } else if (key == "capacity") {
+    uint64_t bytes = 0;
+    if (v.is_integer()) {
+      KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, v, 0, INT64_MAX));
+      bytes = static_cast<uint64_t>(n);
+    } else {
+      KVFS_ASSIGN_OR_RETURN(std::string s, r.String(shown, v));
+      auto size = ParseSize(s);
+      if (!size.ok()) return r.Fail(shown, size.status().message());
+      bytes = *size;
+    }
+    if (bytes < (16ull << 20)) return r.Fail(shown, "must be at least 16M");
+    o.capacity = bytes;
+  } else if (key == "devices") {
+    if (!v.is_array()) return r.Fail(shown, "expected an array of \"PATH[:SIZE]\" strings");
+    o.devices.clear();
+    for (const toml::value& d : v.as_array()) {
+      KVFS_ASSIGN_OR_RETURN(std::string text, r.String(shown, d));
+      auto spec = ParseDeviceSpec(text);
+      if (!spec.ok()) return r.Fail(shown, spec.status().message());
+      o.devices.push_back(*spec);
+    }
+  } else if (key == "durability") {
+    KVFS_ASSIGN_OR_RETURN(std::string s, r.OneOf(shown, v, {"close", "async"}));
+    o.durability = s == "async" ? Durability::kAsync : Durability::kClose;
+  } else if (key == "compress") {
+    KVFS_ASSIGN_OR_RETURN(std::string s, r.OneOf(shown, v, {"off", "lz4", "auto"}));
+    o.compression = s == "lz4" ? Compression::kLz4 : s == "auto" ? Compression::kAuto
+                                                                 : Compression::kOff;
+  } else if (key == "eviction") {
+    KVFS_ASSIGN_OR_RETURN(o.eviction, r.OneOf(shown, v, {"lru", "lfu", "fifo", "prefix"}));
+  } else if (key == "high_watermark") {
+    KVFS_ASSIGN_OR_RETURN(o.high_watermark, r.Fraction(shown, v));
+  } else if (key == "low_watermark") {
+    KVFS_ASSIGN_OR_RETURN(o.low_watermark, r.Fraction(shown, v));
+  } else if (key == "log_level") {
+    KVFS_ASSIGN_OR_RETURN(o.log_level, r.OneOf(shown, v, {"trace", "debug", "info", "warn",
+                                                           "error", "critical", "off"}));
+  } else {
+    return r.Fail(shown, "unknown key");
+  }
+  return Status::Ok();
+}
+
+bool IsStorageKey(const std::string& key) {
+  static const std::set<std::string> kKeys = {
+      "data_dir", "capacity",       "devices",       "durability", "compress",
+      "eviction", "high_watermark", "low_watermark", "log_level"};
+  return kKeys.count(key) != 0;
+}
+
+Status ApplyPeers(const Reader& r, const std::string& shown, const toml::value& v,
+                  ClusterSettings& c) {
+  if (!v.is_array()) return r.Fail(shown, "expected an array of tables ([[" + shown + "]])");
+  const auto& peers = v.as_array();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const std::string at = shown + "[" + std::to_string(i) + "]";
+    if (!peers[i].is_table()) return r.Fail(at, "expected a table with id and address");
+    PeerSpec peer;
+    bool has_id = false, has_address = false;
+    for (const auto& [key, value] : peers[i].as_table()) {
+      if (key == "id") {
+        KVFS_ASSIGN_OR_RETURN(int64_t id, r.Integer(at + ".id", value, 1, 65535));
+        peer.id = static_cast<uint16_t>(id);
+        has_id = true;
+      } else if (key == "address") {
+        KVFS_ASSIGN_OR_RETURN(std::string text, r.String(at + ".address", value));
+        auto hp = ParseHostPort(text);
+        if (!hp.ok()) return r.Fail(at + ".address", hp.status().message());
+        peer.host = hp->host;
+        peer.port = hp->port;
+        has_address = true;
+      } else {
+        return r.Fail(at + "." + key, "unknown key");
+      }
+    }
+    if (!has_id || !has_address) return r.Fail(at, "needs both id and address");
+    c.peers.push_back(peer);
+  }
+  return Status::Ok();
+}
+
+Status ApplyTable(const Reader& r, const std::string& table, const toml::value& v,
+                  MountOptions& o) {
+  if (!v.is_table()) return r.Fail(table, "expected a table [" + table + "]");
+  ClusterSettings& c = o.cluster;
+  for (const auto& [key, value] : v.as_table()) {
+    const std::string shown = table + "." + key;
+    if (table == "storage") {
+      KVFS_RETURN_IF_ERROR(ApplyStorageKey(r, key, shown, value, o));
+    } else if (table == "node") {
+      if (key == "id") {
+        KVFS_ASSIGN_OR_RETURN(int64_t id, r.Integer(shown, value, 1, 65535));
+        c.node_id = static_cast<uint16_t>(id);
+      } else if (key == "listen") {
+        KVFS_ASSIGN_OR_RETURN(c.listen, r.String(shown, value));
+        if (auto hp = ParseHostPort(c.listen); !hp.ok())
+          return r.Fail(shown, hp.status().message());
+      } else {
+        return r.Fail(shown, "unknown key");
+      }
+    } else if (table == "cluster") {
+      if (key == "replicas") {
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 1, 64));
+        c.replicas = static_cast<uint32_t>(n);
+      } else if (key == "secret_file") {
+        KVFS_ASSIGN_OR_RETURN(c.secret_file, r.String(shown, value));
+      } else if (key == "transport") {
+        KVFS_ASSIGN_OR_RETURN(c.transport, r.OneOf(shown, value, {"tcp", "rdma", "auto"}));
+      } else if (key == "request_timeout_ms") {
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 10, 600000));
+        c.request_timeout_ms = static_cast<uint32_t>(n);
+      } else if (key == "ping_interval_ms") {
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 10, 600000));
+        c.ping_interval_ms = static_cast<uint32_t>(n);
+      } else if (key == "keep_local_copy") {
+        KVFS_ASSIGN_OR_RETURN(c.keep_local_copy, r.Bool(shown, value));
+      } else if (key == "peers") {
+        KVFS_RETURN_IF_ERROR(ApplyPeers(r, shown, value, c));
+      } else {
+        return r.Fail(shown, "unknown key");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<HostPort> ParseHostPort(std::string_view text) {
+  const std::string shown = "'" + std::string(text) + "'";
+  HostPort hp;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return Status::Invalid("bad address " + shown + " (use [IPv6]:PORT)");
+    hp.host = std::string(text.substr(1, close - 1));
+    port = text.substr(close + 2);
+    in6_addr a6;
+    if (inet_pton(AF_INET6, hp.host.c_str(), &a6) != 1)
+      return Status::Invalid("bad IPv6 address in " + shown);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string_view::npos || colon == 0)
+      return Status::Invalid("bad address " + shown + " (use HOST:PORT)");
+    hp.host = std::string(text.substr(0, colon));
+    port = text.substr(colon + 1);
+    if (hp.host.find(':') != std::string::npos)
+      return Status::Invalid("bad address " + shown + " (write IPv6 as [ADDR]:PORT)");
+    in_addr a4;
+    bool numeric_like = !hp.host.empty() && std::isdigit(static_cast<unsigned char>(hp.host[0])) &&
+                        hp.host.find_first_not_of("0123456789.") == std::string::npos;
+    if (numeric_like ? inet_pton(AF_INET, hp.host.c_str(), &a4) != 1
+                     : !PlausibleHostName(hp.host))
+      return Status::Invalid("bad host in address " + shown);
+  }
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != port.npos)
+    return Status::Invalid("bad port in address " + shown);
+  unsigned long p = std::stoul(std::string(port));
+  if (p == 0 || p > 65535) return Status::Invalid("port out of range in address " + shown);
+  hp.port = static_cast<uint16_t>(p);
+  return hp;
+}
+
+Result<PeerSpec> ParsePeerFlag(std::string_view text) {
+  auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    return Status::Invalid("--peer '" + std::string(text) + "': use N=HOST:PORT");
+  std::string_view id = text.substr(0, eq);
+  if (id.size() > 5 || id.find_first_not_of("0123456789") != id.npos)
+    return Status::Invalid("--peer '" + std::string(text) + "': bad node id");
+  unsigned long n = std::stoul(std::string(id));
+  if (n == 0 || n > 65535)
+    return Status::Invalid("--peer '" + std::string(text) + "': node id must be 1..65535");
+  auto hp = ParseHostPort(text.substr(eq + 1));
+  if (!hp.ok()) return Status::Invalid("--peer: " + hp.status().message());
+  return PeerSpec{static_cast<uint16_t>(n), hp->host, hp->port};
+}
+
+Status LoadConfigFile(const std::string& path, MountOptions& options) {
+  Reader r(path);
+  if (access(path.c_str(), R_OK) != 0)
+    return Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
+  toml::value root;
+  // toml11 reports syntax errors by throwing; nothing past this point throws.
+  try {
+    root = toml::parse(path);
+  } catch (const std::exception& e) {
+    return Status::Invalid("config " + path + ": " + e.what());
+  }
+  if (!root.is_table()) return Status::Invalid("config " + path + ": not a TOML table");
+  for (const auto& [key, value] : root.as_table()) {
+    if (key == "storage" || key == "node" || key == "cluster") {
+      KVFS_RETURN_IF_ERROR(ApplyTable(r, key, value, options));
+    } else if (key == "peer") {
+      // [[peer]] is accepted as a shorter spelling of [[cluster.peers]].
+      KVFS_RETURN_IF_ERROR(ApplyPeers(r, "peer", value, options.cluster));
+    } else if (IsStorageKey(key)) {
+      KVFS_RETURN_IF_ERROR(ApplyStorageKey(r, key, key, value, options));
+    } else {
+      return r.Fail(key, "unknown key");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateClusterSettings(const ClusterSettings& c) {
+  if (!c.enabled()) return Status::Ok();
+  if (c.node_id == 0)
+    return Status::Invalid("cluster mode needs a node id (--node-id or [node] id, 1..65535)");
+  if (!c.listen.empty()) KVFS_RETURN_IF_ERROR(ParseHostPort(c.listen).status());
+  std::set<uint16_t> ids = {c.node_id};
+  std::set<std::string> addresses;
+  if (!c.listen.empty()) addresses.insert(c.listen);
+  for (const PeerSpec& p : c.peers) {
+    if (!ids.insert(p.id).second)
+      return Status::Invalid("duplicate node id " + std::to_string(p.id) +
+                             (p.id == c.node_id ? " (a peer has this node's own id)" : ""));
+    std::string addr = p.host.find(':') != std::string::npos
+                           ? "[" + p.host + "]:" + std::to_string(p.port)
+                           : p.host + ":" + std::to_string(p.port);
+    if (!addresses.insert(addr).second)
+      return Status::Invalid("duplicate node address " + addr);
+  }
+  if (c.replicas < 1 || c.replicas > 64) return Status::Invalid("replicas must be 1..64");
+  if (c.request_timeout_ms < 10) return Status::Invalid("request timeout must be >= 10 ms");
+  if (c.secret_file.empty())
+    return Status::Invalid("cluster mode needs a shared secret (--secret-file or "
+                           "[cluster] secret_file)");
+  if (access(c.secret_file.c_str(), R_OK) != 0)
+    return Status::Invalid("secret file " + c.secret_file + ": " + std::strerror(errno));
+  auto secret = SharedSecret::FromFile(c.secret_file);
+  if (!secret.ok()) return Status::Invalid("secret file: " + secret.status().message());
+  auto kind = ParseTransportKind(c.transport);
+  if (!kind.ok()) return kind.status();
+  if (*kind == TransportKind::kRdma && !RdmaDeviceAvailable())
+    return Status::Invalid("transport \"rdma\" but this host has no RDMA device "
+                           "(use \"tcp\", or \"auto\" to fall back to TCP)");
+  return Status::Ok();
+}
+
+}  // namespace kvfs::fs

@@ -1,0 +1,40 @@
+// The daemon's TOML configuration file (man kvfs.conf(5)): `kvfs MOUNTPOINT --config PATH` or
+// `-o config=PATH`. The file fills a MountOptions first; command-line flags then override it
+// (mount_options.cc). Everything here is parse-and-validate only: errors are Status values whose
+// message names the file and the key, and the caller turns them into exit status 2.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvfs/status.h"
+
+namespace kvfs::fs {
+
+struct MountOptions;
+struct ClusterSettings;
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "HOST:PORT" or "[IPv6]:PORT"; the port must be 1..65535; the host a numeric address or a
+// plausible DNS name (letters, digits, '-', '.').
+Result<HostPort> ParseHostPort(std::string_view text);
+
+// "N=HOST:PORT" as given to --peer.
+struct PeerSpec;
+Result<PeerSpec> ParsePeerFlag(std::string_view text);
+
+// Reads `path` and sets every key it names in `options`. Unknown keys or tables, wrong types and
+// bad values are errors (EINVAL, message "config PATH: KEY: why").
+Status LoadConfigFile(const std::string& path, MountOptions& options);
+
+// Checks the cluster settings once file and flags are merged: node id, listen address, unique
+// peer ids and addresses, a readable non-empty secret file, a transport this host can use.
+// Single-node settings (no listen address, no peers) always pass.
+Status ValidateClusterSettings(const ClusterSettings& cluster);
+
+}  // namespace kvfs::fs

@@ -1,0 +1,259 @@
+// The TOML config file and the cluster flags: what the file sets, what flags override, and the
+// bad inputs that must exit 2 with a message naming the key.
+#include "config_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kvfs/transport.h"
+#include "mount_options.h"
+
+namespace kvfs::fs {
+namespace {
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvfs-config-test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    secret_ = dir_ + "/secret";
+    Write(secret_, "a-cluster-secret-of-enough-bytes\n");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+  std::string Config(const std::string& text) {
+    std::string path = dir_ + "/kvfs" + std::to_string(++n_) + ".toml";
+    Write(path, text);
+    return path;
+  }
+  ParsedCommandLine Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), {"kvfs", dir_});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return ParseMountOptions(static_cast<int>(argv.size()), argv.data());
+  }
+  // Parses a config with `text` and expects exit 2 with `word` in the message.
+  void ExpectBad(const std::string& text, const std::string& word) {
+    auto p = Parse({"--config", Config(text)});
+    EXPECT_EQ(p.exit_code, 2) << text;
+    EXPECT_FALSE(p.options) << text;
+    EXPECT_NE(p.message.find(word), std::string::npos) << p.message;
+  }
+
+  std::string dir_, secret_;
+  int n_ = 0;
+};
+
+TEST_F(ConfigFileTest, FileSetsEveryKey) {
+  auto p = Parse({"--config", Config(R"(
+log_level = "debug"
+[storage]
+data_dir = "/tmp/kvfs-data-x"
+capacity = "512M"
+devices = ["/tmp/dev0:1G", "/tmp/dev1"]
+durability = "async"
+compress = "lz4"
+eviction = "fifo"
+high_watermark = 0.7
+low_watermark = 0.5
+[node]
+id = 3
+listen = "127.0.0.2:7400"
+[cluster]
+replicas = 1
+secret_file = ")" + secret_ + R"("
+transport = "tcp"
+request_timeout_ms = 250
+ping_interval_ms = 100
+keep_local_copy = false
+[[cluster.peers]]
+id = 1
+address = "127.0.0.3:7401"
+[[cluster.peers]]
+id = 2
+address = "[::1]:7402"
+)")});
+  ASSERT_TRUE(p.options) << p.message;
+  const MountOptions& o = *p.options;
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_EQ(o.data_dir, "/tmp/kvfs-data-x");
+  EXPECT_EQ(o.capacity, 512ull << 20);
+  ASSERT_EQ(o.devices.size(), 2u);
+  EXPECT_EQ(o.devices[0].path, "/tmp/dev0");
+  EXPECT_EQ(o.devices[0].size, 1ull << 30);
+  EXPECT_EQ(o.durability, Durability::kAsync);
+  EXPECT_EQ(o.compression, Compression::kLz4);
+  EXPECT_EQ(o.eviction, "fifo");
+  EXPECT_DOUBLE_EQ(o.high_watermark, 0.7);
+  EXPECT_DOUBLE_EQ(o.low_watermark, 0.5);
+  EXPECT_TRUE(o.cluster.enabled());
+  EXPECT_EQ(o.cluster.node_id, 3);
+  EXPECT_EQ(o.cluster.listen, "127.0.0.2:7400");
+  EXPECT_EQ(o.cluster.replicas, 1u);
+  EXPECT_EQ(o.cluster.secret_file, secret_);
+  EXPECT_EQ(o.cluster.transport, "tcp");
+  EXPECT_EQ(o.cluster.request_timeout_ms, 250u);
+  EXPECT_EQ(o.cluster.ping_interval_ms, 100u);
+  EXPECT_FALSE(o.cluster.keep_local_copy);
+  ASSERT_EQ(o.cluster.peers.size(), 2u);
+  EXPECT_EQ(o.cluster.peers[0].id, 1);
+  EXPECT_EQ(o.cluster.peers[0].host, "127.0.0.3");
+  EXPECT_EQ(o.cluster.peers[0].port, 7401);
+  EXPECT_EQ(o.cluster.peers[1].host, "::1");
+}
+
+TEST_F(ConfigFileTest, FlagsOverrideTheFile) {
+  std::string path = Config(R"(
+[storage]
+capacity = "512M"
+durability = "async"
+[node]
+id = 3
+listen = "127.0.0.2:7400"
+[cluster]
+replicas = 1
+secret_file = ")" + secret_ + R"("
+[[cluster.peers]]
+id = 1
+address = "127.0.0.3:7401"
+)");
+  auto p = Parse({"-o", "config=" + path + ",allow_other", "--capacity", "1G", "--node-id", "5",
+                  "--listen", "127.0.0.4:7500", "--peer", "6=127.0.0.5:7501", "--peer",
+                  "7=127.0.0.6:7502", "--replicas", "2", "--transport", "auto",
+                  "--request-timeout", "300"});
+  ASSERT_TRUE(p.options) << p.message;
+  const MountOptions& o = *p.options;
+  EXPECT_EQ(o.config_file, path);
+  EXPECT_EQ(o.fuse_options, std::vector<std::string>{"allow_other"});  // config= taken out
+  EXPECT_EQ(o.capacity, 1ull << 30);
+  EXPECT_EQ(o.durability, Durability::kAsync);  // from the file: no flag given
+  EXPECT_EQ(o.cluster.node_id, 5);
+  EXPECT_EQ(o.cluster.listen, "127.0.0.4:7500");
+  ASSERT_EQ(o.cluster.peers.size(), 2u);  // --peer replaces the file's list
+  EXPECT_EQ(o.cluster.peers[0].id, 6);
+  EXPECT_EQ(o.cluster.peers[1].port, 7502);
+  EXPECT_EQ(o.cluster.replicas, 2u);
+  EXPECT_EQ(o.cluster.transport, "auto");
+  EXPECT_EQ(o.cluster.request_timeout_ms, 300u);
+}
+
+TEST_F(ConfigFileTest, SingleNodeNeedsNoConfig) {
+  auto p = Parse({});
+  ASSERT_TRUE(p.options) << p.message;
+  EXPECT_FALSE(p.options->cluster.enabled());
+  EXPECT_TRUE(p.options->config_file.empty());
+  // Storage keys also work at the top level, with no cluster at all.
+  auto q = Parse({"--config", Config("capacity = 268435456\ncompress = \"auto\"\n")});
+  ASSERT_TRUE(q.options) << q.message;
+  EXPECT_EQ(q.options->capacity, 256ull << 20);
+  EXPECT_EQ(q.options->compression, Compression::kAuto);
+  EXPECT_FALSE(q.options->cluster.enabled());
+}
+
+TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
+  ExpectBad("[storage]\ncapacty = \"1G\"\n", "storage.capacty: unknown key");
+  ExpectBad("bogus = 1\n", "bogus: unknown key");
+  ExpectBad("[nodes]\nid = 1\n", "nodes: unknown key");
+  ExpectBad("[storage]\ncapacity = true\n", "storage.capacity");
+  ExpectBad("[storage]\ncapacity = \"12Q\"\n", "storage.capacity");
+  ExpectBad("[storage]\ndurability = \"sometimes\"\n", "storage.durability");
+  ExpectBad("[storage]\nhigh_watermark = 1.5\n", "storage.high_watermark");
+  ExpectBad("[node]\nid = \"one\"\n", "node.id: expected an integer");
+  ExpectBad("[node]\nid = 70000\n", "node.id");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2\"\n", "node.listen");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:99999\"\n", "node.listen");
+  ExpectBad("[node]\nid = 1\nlisten = \"300.1.1.1:7400\"\n", "node.listen");
+  ExpectBad("[cluster]\ntransport = \"udp\"\n", "cluster.transport");
+  ExpectBad("[cluster]\nreplicas = 0\n", "cluster.replicas");
+  ExpectBad("[[cluster.peers]]\nid = 2\n", "needs both id and address");
+  ExpectBad("[[cluster.peers]]\nid = 2\naddress = \"127.0.0.3:7400\"\nport = 1\n",
+            "cluster.peers[0].port: unknown key");
+  ExpectBad("[storage\ncapacity = 1\n", "config");  // TOML syntax error
+  auto missing = Parse({"--config", dir_ + "/no-such.toml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.message.find("no-such.toml"), std::string::npos);
+}
+
+TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
+  const std::string s = "\"" + secret_ + "\"";
+  // Duplicate ids (also a peer with the node's own id) and duplicate addresses.
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
+                "\n[[peer]]\nid = 2\naddress = \"127.0.0.3:7400\"\n"
+                "[[peer]]\nid = 2\naddress = \"127.0.0.4:7400\"\n",
+            "duplicate node id 2");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
+                "\n[[peer]]\nid = 1\naddress = \"127.0.0.3:7400\"\n",
+            "duplicate node id 1");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
+                "\n[[peer]]\nid = 2\naddress = \"127.0.0.2:7400\"\n",
+            "duplicate node address");
+  // No node id, no secret, missing, empty or too short secret file.
+  ExpectBad("[node]\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s + "\n",
+            "node id");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n", "secret");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = \"" + dir_ +
+                "/nope\"\n",
+            "secret file");
+  Write(dir_ + "/empty", "");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = \"" + dir_ +
+                "/empty\"\n",
+            "secret");
+  // Flags are checked the same way.
+  EXPECT_EQ(Parse({"--listen", "127.0.0.2:7400", "--node-id", "1"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--listen", "127.0.0.2", "--node-id", "1", "--secret-file", secret_}).exit_code,
+            2);
+  EXPECT_EQ(Parse({"--peer", "x=127.0.0.2:1", "--node-id", "1", "--secret-file", secret_})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--peer", "2=127.0.0.2:0", "--node-id", "1", "--secret-file", secret_})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--node-id", "0", "--listen", "127.0.0.2:1", "--secret-file", secret_})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--transport", "udp"}).exit_code, 2);
+  auto ok = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--peer", "2=127.0.0.3:7400",
+                   "--secret-file", secret_, "--transport", "tcp"});
+  EXPECT_TRUE(ok.options) << ok.message;
+}
+
+TEST_F(ConfigFileTest, RdmaWithoutADeviceIsAnErrorAutoFallsBack) {
+  if (RdmaDeviceAvailable()) GTEST_SKIP() << "this host has an RDMA device";
+  auto rdma = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--secret-file", secret_,
+                     "--transport", "rdma"});
+  EXPECT_EQ(rdma.exit_code, 2);
+  EXPECT_NE(rdma.message.find("no RDMA device"), std::string::npos) << rdma.message;
+  auto any = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--secret-file", secret_,
+                    "--transport", "auto"});
+  EXPECT_TRUE(any.options) << any.message;
+}
+
+TEST(HostPortTest, Parses) {
+  auto a = ParseHostPort("127.0.0.2:7400");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.2");
+  EXPECT_EQ(a->port, 7400);
+  auto b = ParseHostPort("[::1]:80");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "::1");
+  auto c = ParseHostPort("node-a.example:7400");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->host, "node-a.example");
+  for (const char* bad : {"", ":7400", "127.0.0.2:", "127.0.0.2:x", "127.0.0.2:0",
+                          "127.0.0.2:65536", "::1:80", "[::1]80", "a b:1", "1.2.3:4"}) {
+    EXPECT_FALSE(ParseHostPort(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kvfs::fs
