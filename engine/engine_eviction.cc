@@ -3,9 +3,26 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_set>
 
 namespace kvfs {
+namespace {
+
+uint64_t NowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+eviction::AccessContext EngineEviction::Context(uint64_t now_ms) {
+  eviction::AccessContext ctx;
+  ctx.stream = 0;  // see Touch() in the header
+  ctx.time_ms = now_ms;
+  return ctx;  // position unknown: bursts split on time gaps and on a read after a write
+}
 
 uint64_t AllocatedBytes(const Layout& layout) {
   uint64_t bytes = 0;
@@ -34,9 +51,11 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
     // A new version (not a rename or a flag update, which carry the same layout).
     eviction::TrackHints hints;
     hints.parent = rec.prefix_parent;
+    hints.context = Context(NowMs());
     Entry& e = entries_[rec.id];
     e.layout = rec.layout;
     e.bytes = AllocatedBytes(*rec.layout);
+    e.parent = rec.prefix_parent;
     // Pin before Track so a pinned file never appears in the eviction order.
     if (pin != e.pinned) policy_->SetPinned(rec.id, pin);
     e.pinned = pin;
@@ -46,6 +65,11 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
   if (it->second.pinned != pin) {
     policy_->SetPinned(rec.id, pin);
     it->second.pinned = pin;
+  }
+  // user.kvfs.parent set after the publish: same layout, new link.
+  if (it->second.parent != rec.prefix_parent) {
+    policy_->SetParent(rec.id, rec.prefix_parent);
+    it->second.parent = rec.prefix_parent;
   }
 }
 
@@ -67,12 +91,9 @@ void EngineEviction::OnApply(const MetaBatch& batch) {
   for (const ObjectRecord& rec : batch.puts) TrackRecord(rec);
 }
 
-void EngineEviction::Touch(ObjectId id, uint64_t stream, uint64_t now_ms) {
+void EngineEviction::Touch(ObjectId id, uint64_t /*stream*/, uint64_t now_ms) {
   if (!entries_.count(id)) return;
-  eviction::AccessContext ctx;
-  ctx.stream = stream;
-  ctx.time_ms = now_ms;
-  policy_->Touch(id, ctx);
+  policy_->Touch(id, Context(now_ms));
 }
 
 uint64_t EngineEviction::PendingFree() {
@@ -104,6 +125,18 @@ std::vector<ObjectId> EngineEviction::OverWatermark(uint64_t used, uint64_t capa
 
 std::vector<ObjectId> EngineEviction::Victims(size_t n) {
   std::vector<ObjectId> victims = policy_->Evict(n);
+  NoteVictims(victims);
+  return victims;
+}
+
+std::vector<ObjectId> EngineEviction::ReclaimVictims(uint64_t used, uint64_t capacity) {
+  const uint64_t pending = PendingFree();
+  const uint64_t effective = used > pending ? used - pending : 0;
+  const auto low = static_cast<uint64_t>(low_ * static_cast<double>(capacity));
+  // At least one victim: the writer found no free extent whatever the watermarks say.
+  std::vector<ObjectId> victims =
+      effective > low ? policy_->EvictBytes(effective - low) : policy_->Evict(1);
+  if (victims.empty()) victims = policy_->Evict(1);
   NoteVictims(victims);
   return victims;
 }
@@ -160,7 +193,9 @@ void EngineEviction::Recover(const std::string& data_dir,
       Entry& e = entries_[rec->id];
       e.layout = rec->layout;
       e.bytes = AllocatedBytes(*rec->layout);
-      // The blob's pin may be older than the journaled flag; the flag wins.
+      e.parent = rec->prefix_parent;
+      // The blob may be older than the journaled link and flag; the record wins.
+      if (rec->prefix_parent != kInvalidId) policy_->SetParent(rec->id, rec->prefix_parent);
       policy_->SetPinned(rec->id, pin);
       e.pinned = pin;
     } else {

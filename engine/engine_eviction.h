@@ -30,6 +30,10 @@ class EngineEviction {
   // Keeps the policy in step with an applied batch: a newly published layout is tracked,
   // a pin flag change pins/unpins, removed or emptied files are forgotten.
   void OnApply(const MetaBatch& batch);
+  // A read hit. Every access the engine reports (publishes and read hits) is one stream to
+  // the policy: a publish does not say which client made it, and a connector's request reads
+  // its cached prefix and then writes the rest, which only one stream can chain together.
+  // `stream` (the reader) is therefore not used to split chains.
   void Touch(ObjectId id, uint64_t stream, uint64_t now_ms);
   bool tracked(ObjectId id) const { return entries_.count(id) != 0; }
   bool pinned(ObjectId id) const;
@@ -40,6 +44,9 @@ class EngineEviction {
   std::vector<ObjectId> OverWatermark(uint64_t used, uint64_t capacity);
   // Up to `n` victims regardless of watermarks (a writer hit ENOSPC). Empty: nothing evictable.
   std::vector<ObjectId> Victims(size_t n);
+  // For a writer that hit ENOSPC: victims down to the low watermark of `capacity` (at least
+  // one), so one journal commit frees room for many writes instead of one file per commit.
+  std::vector<ObjectId> ReclaimVictims(uint64_t used, uint64_t capacity);
   // Takes one id out of the policy for an explicit eviction (user.kvfs.evict).
   void Forget(ObjectId id);
 
@@ -53,6 +60,7 @@ class EngineEviction {
     std::weak_ptr<const Layout> layout;  // the tracked version: a republish is a new one
     uint64_t bytes = 0;
     bool pinned = false;
+    ObjectId parent = kInvalidId;  // the record's prefix_parent the policy was last told
   };
   EngineEviction(std::unique_ptr<eviction::EvictionPolicy> policy, double high, double low)
       : policy_(std::move(policy)), high_(high), low_(low) {}
@@ -60,6 +68,7 @@ class EngineEviction {
   void Untrack(ObjectId id);
   void NoteVictims(const std::vector<ObjectId>& victims);
   uint64_t PendingFree();
+  static eviction::AccessContext Context(uint64_t now_ms);
 
   std::unique_ptr<eviction::EvictionPolicy> policy_;
   double high_, low_;

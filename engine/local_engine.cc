@@ -321,7 +321,8 @@ bool LocalEngineImpl::Reclaim() {
   {
     std::unique_lock lock(mu_);
     if (stop_ || !commit_error_.ok()) return false;
-    victims = eviction_->Victims(1);
+    victims =
+        eviction_->ReclaimVictims(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
     if (victims.empty()) return false;  // everything left is pinned
     const uint64_t seq = RemoveEvicted(victims);
     // The victim's extents are reusable only once the record that freed them is durable.

@@ -301,7 +301,8 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
-// The bounded cache's controls: user.kvfs.pin = "1" | "0", user.kvfs.evict (any value).
+// The bounded cache's controls: user.kvfs.pin = "1" | "0", user.kvfs.evict (any value),
+// user.kvfs.parent = the chunk this one extends (namespace_parent.cc).
 void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int) {
   FsContext& c = Ctx(req);
@@ -312,6 +313,9 @@ void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
     return ReplyStatus(req, c.ns->SetPinned(ino, v == "1"));
   }
   if (std::strcmp(name, "user.kvfs.evict") == 0) return ReplyStatus(req, c.store->Evict(ino));
+  if (std::strcmp(name, "user.kvfs.parent") == 0) {
+    return ReplyStatus(req, c.ns->SetPrefixParent(ino, v));
+  }
   fuse_reply_err(req, ENOTSUP);
 }
 
@@ -325,6 +329,8 @@ void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     auto rec = Ctx(req).ns->Record(ino);
     if (!rec.ok()) return ReplyStatus(req, rec.status());
     value = std::string((rec->flags & kFlagPinned) ? "1" : "0");
+  } else if (std::strcmp(name, "user.kvfs.parent") == 0) {
+    value = Ctx(req).ns->PrefixParent(ino);
   } else {
     value = Ctx(req).control->GetXattr(ino, name);
   }

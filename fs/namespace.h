@@ -150,6 +150,12 @@ class Namespace {
   void ForgetStoreRemoval(ObjectId id, StoreRemoval why);
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
+  // user.kvfs.parent (namespace_parent.cc): the chunk this file extends, for prefix-aware
+  // eviction. `value` is a name in the file's directory or a path from the mount root; ENOENT
+  // when nothing is there, empty clears it. Journaled when published.
+  Status SetPrefixParent(uint64_t ino, std::string_view value);
+  // The linked parent's name (same directory) or "/path" from the root; ENODATA when none.
+  Result<std::string> PrefixParent(uint64_t ino);
 
   // --- changes made on other cluster nodes (namespace_remote.cc). Nothing is applied to the
   // store (it already holds them); the kernel is told through the InvalidationSink, never
