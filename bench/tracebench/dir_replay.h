@@ -18,6 +18,9 @@ struct DirReplayOptions {
   std::string dir;
   uint64_t block_bytes = 64 * 1024;
   double time_scale = 0;  // > 0: pace requests at timestamp * time_scale; 0: back to back
+  // Set user.kvfs.parent (the previous block's name) on each written block before it is
+  // published, as a connector that knows its chains would.
+  bool parent_xattr = false;
 };
 
 struct DirReplayResult {
@@ -25,6 +28,7 @@ struct DirReplayResult {
   uint64_t lookups = 0;
   uint64_t verify_failures = 0;  // reads whose bytes were not what was written
   uint64_t write_failures = 0;   // e.g. ENOSPC from a full filesystem
+  uint64_t xattr_failures = 0;   // --parent-xattr: setxattr refused (e.g. the parent was evicted)
   double read_seconds = 0;       // time spent in open+read of hits
   double write_seconds = 0;
   double total_seconds = 0;

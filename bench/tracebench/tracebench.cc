@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "belady_oracle.h"
@@ -44,6 +46,28 @@ double Seconds(std::chrono::steady_clock::time_point t) {
 int Fail(const Status& s) {
   std::cerr << "tracebench: " << s.ToString() << "\n";
   return 1;
+}
+
+// What a kvfs mount says about its cache in <root>/.kvfs/status (absent elsewhere).
+struct MountPolicy {
+  std::string policy;
+  double high_watermark = 1, low_watermark = 1;
+  uint64_t evictions = 0;
+};
+
+MountPolicy ReadMountPolicy(const std::string& dir) {
+  MountPolicy m;
+  std::ifstream in(dir + "/.kvfs/status");
+  if (!in) return m;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return m;
+  m.policy = j.value("eviction_policy", std::string());
+  m.high_watermark = j.value("high_watermark", 1.0);
+  m.low_watermark = j.value("low_watermark", 1.0);
+  m.evictions = j.value("evictions", uint64_t{0});
+  return m;
 }
 
 }  // namespace
@@ -86,7 +110,8 @@ int main(int argc, char** argv) {
                  "prefix: protected share change per ghost hit (0 = fixed)");
   app.add_option("--lfu-aging", popts.lfu_aging, "lfu: weight of the aging floor");
   app.add_flag("--parent-hints", parent_hints,
-               "give policies the explicit parent link (else prefix learns it from order)");
+               "give policies the explicit parent link (else prefix learns it from order); "
+               "with --dir: set user.kvfs.parent on every written block");
   app.add_option("--compute-us-per-token", model.compute_us_per_token, "TTFT model: T");
   app.add_option("--kv-bytes-per-token", model.kv_bytes_per_token, "TTFT model: KV bytes/token");
   app.add_option("--read-mib-s", model.read_mib_s, "TTFT model: read bandwidth");
@@ -160,21 +185,54 @@ int main(int argc, char** argv) {
     return ReplayTrace(trace, oracle, ro);
   };
 
+  // One simulated row: `name` at `capacity_bytes`.
+  auto simulate = [&](const std::string& name, const std::string& label, double fraction,
+                      uint64_t capacity_bytes, const ReplayResult& opt) {
+    auto policy = std::move(MakePolicy(name, popts)).value();
+    ReplayOptions ro;
+    ro.block_bytes = block_bytes;
+    ro.capacity_bytes = capacity_bytes;
+    ro.block_tokens = block_tokens;
+    ro.parent_hints = parent_hints;
+    auto t = std::chrono::steady_clock::now();
+    auto res = ReplayTrace(trace, *policy, ro);
+    Row row;
+    row.seconds = Seconds(t);
+    row.policy = label;
+    row.capacity_fraction = fraction;
+    row.capacity_bytes = capacity_bytes;
+    row.block_hit_rate = res.block_hit_rate();
+    row.request_hit_rate = res.request_hit_rate();
+    row.optimum_block_hit_rate = opt.block_hit_rate();
+    row.optimum_request_hit_rate = opt.request_hit_rate();
+    row.bytes_read = res.bytes_read;
+    row.bytes_written = res.bytes_written;
+    row.evictions = res.evictions;
+    auto ttft = ModelTtft(model, trace, res.hit_blocks, block_tokens);
+    row.ttft_no_cache_ms = ttft.mean_no_cache_ms;
+    row.ttft_cache_ms = ttft.mean_cache_ms;
+    row.ttft_speedup = ttft.speedup();
+    return row;
+  };
+
   std::vector<Row> rows;
   if (!dir.empty()) {
     // ---- Through a directory: the filesystem enforces its own capacity ----
-    DirReplayOptions dopts{dir, block_bytes, time_scale};
+    DirReplayOptions dopts{dir, block_bytes, time_scale, parent_hints};
     auto res = ReplayThroughDirectory(trace, dopts);
     if (!res.ok()) return Fail(res.status());
+    const MountPolicy mount = ReadMountPolicy(dir);
     const auto& d = *res;
+    const double working_set = double(distinct) * double(block_bytes);
     Row row;
-    row.policy = "dir";
+    row.policy = mount.policy.empty() ? "dir" : "dir:" + mount.policy;
     row.capacity_bytes = d.fs_capacity_bytes;
-    row.capacity_fraction = double(d.fs_capacity_bytes) / (double(distinct) * block_bytes);
+    row.capacity_fraction = double(d.fs_capacity_bytes) / working_set;
     row.block_hit_rate = d.replay.block_hit_rate();
     row.request_hit_rate = d.replay.request_hit_rate();
     row.bytes_read = d.replay.bytes_read;
     row.bytes_written = d.replay.bytes_written;
+    row.evictions = mount.evictions;
     row.read_mib_s = d.read_seconds > 0 ? d.replay.bytes_read / 1048576.0 / d.read_seconds : 0;
     row.seconds = d.total_seconds;
     TtftModel measured = model;
@@ -188,45 +246,34 @@ int main(int argc, char** argv) {
     row.optimum_request_hit_rate = opt.request_hit_rate();
     rows.push_back(row);
     std::printf(
-        "dir %s: %llu lookups, %llu verify failures, %llu write failures, %.1f s "
-        "(read %.1f s, write %.1f s); TTFT uses the measured read rate\n",
+        "dir %s: %llu lookups, %llu verify failures, %llu write failures, %llu parent "
+        "xattr failures, %.1f s (read %.1f s, write %.1f s); TTFT uses the measured read "
+        "rate (%s)\n",
         dir.c_str(), static_cast<unsigned long long>(d.lookups),
         static_cast<unsigned long long>(d.verify_failures),
-        static_cast<unsigned long long>(d.write_failures), d.total_seconds, d.read_seconds,
-        d.write_seconds);
+        static_cast<unsigned long long>(d.write_failures),
+        static_cast<unsigned long long>(d.xattr_failures), d.total_seconds, d.read_seconds,
+        d.write_seconds, measured.Describe().c_str());
     if (d.verify_failures) std::printf("WARNING: some reads returned wrong bytes\n");
+    // The same policy simulated where a kvfs mount keeps its usage: between the low and the
+    // high watermark of its capacity (it evicts when a publish passes the high one).
+    if (!mount.policy.empty() && MakePolicy(mount.policy, popts).ok()) {
+      for (auto [tag, mark] :
+           {std::pair{"high", mount.high_watermark}, std::pair{"low", mount.low_watermark}}) {
+        const auto cap =
+            static_cast<uint64_t>(double(d.fs_capacity_bytes) * mark) / block_bytes * block_bytes;
+        auto o = optimum_at(std::min<uint64_t>(cap, distinct * block_bytes));
+        rows.push_back(simulate(mount.policy, "sim:" + mount.policy + "@" + tag,
+                                double(cap) / working_set, cap, o));
+      }
+    }
   } else {
     // ---- In-process simulation ----
     for (double cap : capacities) {
       const uint64_t capacity_bytes = static_cast<uint64_t>(cap * double(distinct)) * block_bytes;
       auto opt = optimum_at(capacity_bytes);
-      for (const auto& name : policies) {
-        auto policy = std::move(MakePolicy(name, popts)).value();
-        ReplayOptions ro;
-        ro.block_bytes = block_bytes;
-        ro.capacity_bytes = capacity_bytes;
-        ro.block_tokens = block_tokens;
-        ro.parent_hints = parent_hints;
-        auto t = std::chrono::steady_clock::now();
-        auto res = ReplayTrace(trace, *policy, ro);
-        Row row;
-        row.seconds = Seconds(t);
-        row.policy = name;
-        row.capacity_fraction = cap;
-        row.capacity_bytes = capacity_bytes;
-        row.block_hit_rate = res.block_hit_rate();
-        row.request_hit_rate = res.request_hit_rate();
-        row.optimum_block_hit_rate = opt.block_hit_rate();
-        row.optimum_request_hit_rate = opt.request_hit_rate();
-        row.bytes_read = res.bytes_read;
-        row.bytes_written = res.bytes_written;
-        row.evictions = res.evictions;
-        auto ttft = ModelTtft(model, trace, res.hit_blocks, block_tokens);
-        row.ttft_no_cache_ms = ttft.mean_no_cache_ms;
-        row.ttft_cache_ms = ttft.mean_cache_ms;
-        row.ttft_speedup = ttft.speedup();
-        rows.push_back(row);
-      }
+      for (const auto& name : policies)
+        rows.push_back(simulate(name, name, cap, capacity_bytes, opt));
     }
   }
 

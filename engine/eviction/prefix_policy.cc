@@ -98,7 +98,8 @@ void PrefixPolicy::Adapt(bool reread, uint64_t bytes) {
   // ARC: the step is larger when the ghost set that was hit is the smaller one.
   const double rereads = static_cast<double>(reread_ghosts_.size());
   const double others = static_cast<double>(ghosts_.size()) - rereads;
-  const double share = static_cast<double>(bytes) / static_cast<double>(std::max<uint64_t>(bytes_, 1));
+  const double share =
+      static_cast<double>(bytes) / static_cast<double>(std::max<uint64_t>(bytes_, 1));
   if (reread) {
     protected_fraction_ += step * share * std::max(1.0, others / std::max(rereads, 1.0));
   } else {

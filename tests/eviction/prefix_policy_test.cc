@@ -110,8 +110,8 @@ TEST(PrefixPolicyTest, GhostHitsMoveTheProtectedShareLikeArc) {
   o.prefix_protected_fraction = 0.5;
   PrefixPolicy p(o);
   for (ObjectId id = 1; id <= 4; ++id) p.Track(id, 100, Hints(1, /*stream=*/id));
-  p.Touch(4, At(1, /*stream=*/9));  // 4 is re-read
-  EXPECT_EQ(p.Evict(1), (Ids{1}));   // never re-read: a plain ghost
+  p.Touch(4, At(1, /*stream=*/9));           // 4 is re-read
+  EXPECT_EQ(p.Evict(1), (Ids{1}));           // never re-read: a plain ghost
   p.Track(1, 100, Hints(1, /*stream=*/10));  // wanted again: protection cost a hit
   const double after_plain = p.protected_fraction();
   EXPECT_LT(after_plain, 0.5);
@@ -140,9 +140,9 @@ TEST(PrefixPolicyTest, WithoutPositionsAReadAfterAWriteStartsANewBurst) {
   for (ObjectId id = 1; id <= 3; ++id) p.Track(id, 100, h);
   // Writes in a row without positions: one request's blocks or several requests? No guess.
   EXPECT_EQ(p.ParentOf(2), kInvalidId);
-  p.Touch(1, none);  // the next request re-reads the head...
+  p.Touch(1, none);                                    // the next request re-reads the head...
   EXPECT_TRUE(p.SegmentOf(3) == PrefixPolicy::kTail);  // ...so 3 ended the previous one
-  p.Track(4, 100, h);  // and extends it from its last hit
+  p.Track(4, 100, h);                                  // and extends it from its last hit
   EXPECT_EQ(p.ParentOf(4), 1u);
   EXPECT_EQ(p.PickVictim(), 3u);
 }
