@@ -1,5 +1,6 @@
 // kvfs as a bounded cache, through the mount: a small --capacity with 4 MiB files, eviction to
-// the low watermark in policy order, evicted names missing, open readers unaffected.
+// the low watermark in policy order (lru, fifo, lfu, prefix), evicted names missing, open
+// readers unaffected, pins and user.kvfs.parent links kept across restarts.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -186,6 +187,105 @@ TEST_F(EvictionMountTest, KvfsctlPinUnpinEvict) {
   EXPECT_EQ(Shell(ctl + " evict " + P("a"), &out), 0) << out;
   EXPECT_TRUE(Gone("a"));
   EXPECT_EQ(Shell(ctl + " pin " + base_ + " 2>&1", &out), 2) << out;
+}
+
+// Sets user.kvfs.parent on `child` (a name in the same directory, or a path from the root).
+int SetParent(const std::string& child, const std::string& parent) {
+  return ::setxattr(child.c_str(), "user.kvfs.parent", parent.data(), parent.size(), 0);
+}
+std::string GetParent(const std::string& path) {
+  char v[256] = {};
+  ssize_t n = ::getxattr(path.c_str(), "user.kvfs.parent", v, sizeof v);
+  return n < 0 ? "errno " + std::to_string(errno) : std::string(v, static_cast<size_t>(n));
+}
+
+TEST_F(EvictionMountTest, LfuKeepsTheFileReadOftenEvenWhenOlder) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "lfu"});
+  WriteFile(P(Name(0)), RandomBytes(kFile, 0));
+  for (int i = 0; i < 5; ++i) (void)ReadFile(P(Name(0)));  // read often, long ago
+  WriteFile(P(Name(1)), RandomBytes(kFile, 1));            // newer, never read
+  FillUntilEviction(2);
+  EXPECT_TRUE(Gone(Name(1)));
+  EXPECT_TRUE(Exists(Name(0)));  // LRU would have taken it first
+}
+
+TEST_F(EvictionMountTest, ParentXattrSetsGetsAndRejectsAMissingParent) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not journal links";
+  ASSERT_EQ(::mkdir(P("m").c_str(), 0755), 0);
+  WriteFile(P("m/a"), RandomBytes(4096, 1));
+  WriteFile(P("m/b"), RandomBytes(4096, 2));
+  WriteFile(P("c"), RandomBytes(4096, 3));
+  EXPECT_EQ(GetParent(P("m/b")), "errno " + std::to_string(ENODATA));
+  ASSERT_EQ(SetParent(P("m/b"), "a"), 0);  // a name: same directory
+  EXPECT_EQ(GetParent(P("m/b")), "a");
+  ASSERT_EQ(SetParent(P("c"), "/m/b"), 0);  // a path from the mount root
+  EXPECT_EQ(GetParent(P("c")), "/m/b");
+  errno = 0;
+  EXPECT_EQ(SetParent(P("m/b"), "nosuch"), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(SetParent(P("m/b"), "/m"), -1);  // a directory is no chunk
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(SetParent(P("m/b"), "b"), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(GetParent(P("m/b")), "a");  // failed sets changed nothing
+  // The link names the chunk, not the name: it follows a rename of the parent.
+  ASSERT_EQ(::rename(P("m/a").c_str(), P("m/a2").c_str()), 0);
+  EXPECT_EQ(GetParent(P("m/b")), "a2");
+  // Set on a file still being written (fsetxattr before close), it goes out with the publish.
+  int fd = ::open(P("m/d.tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "x", 1), 1);
+  ASSERT_EQ(::fsetxattr(fd, "user.kvfs.parent", "b", 1, 0), 0);
+  ASSERT_EQ(::close(fd), 0);
+  ASSERT_EQ(::rename(P("m/d.tmp").c_str(), P("m/d").c_str()), 0);
+  EXPECT_EQ(GetParent(P("m/d")), "b");
+  ASSERT_EQ(SetParent(P("m/d"), ""), 0);  // empty clears it
+  EXPECT_EQ(GetParent(P("m/d")), "errno " + std::to_string(ENODATA));
+  // Journaled: the links survive a restart.
+  Stop();
+  Start();
+  EXPECT_EQ(GetParent(P("m/b")), "a2");
+  EXPECT_EQ(GetParent(P("c")), "/m/b");
+  EXPECT_EQ(GetParent(P("m/d")), "errno " + std::to_string(ENODATA));
+}
+
+TEST_F(EvictionMountTest, PrefixEvictsAChainTailFirstAcrossARestart) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  // Each eviction frees about two 4 MiB files.
+  const std::vector<std::string> opts = {"--eviction", "prefix",          "--high-watermark",
+                                         "0.9",        "--low-watermark", "0.85"};
+  Remount(opts);
+  // A chain head <- mid <- tail, linked after the publish as a connector would.
+  WriteFile(P("head"), RandomBytes(kFile, 100));
+  WriteFile(P("mid"), RandomBytes(kFile, 101));
+  WriteFile(P("tail"), RandomBytes(kFile, 102));
+  ASSERT_EQ(SetParent(P("mid"), "head"), 0);
+  ASSERT_EQ(SetParent(P("tail"), "mid"), 0);
+  // The policy state (the chain order) and the links are kept across a restart.
+  Stop();
+  std::vector<std::string> again = opts;
+  again.insert(again.end(), {"--capacity", "64M"});
+  Start(again);
+  EXPECT_EQ(GetParent(P("tail")), "mid");
+  FillUntilEviction(0);
+  // LRU would take the oldest (the head) first; prefix takes the chain from its tail.
+  EXPECT_TRUE(Gone("tail"));
+  EXPECT_TRUE(Exists("head"));
+  EXPECT_EQ(ReadFile(P("head")), RandomBytes(kFile, 100));
+}
+
+TEST_F(EvictionMountTest, PrefixEvictsANeverReadFileBeforeAReReadOne) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  Remount({"--eviction", "prefix", "--high-watermark", "0.9", "--low-watermark", "0.85"});
+  WriteFile(P("reread"), RandomBytes(kFile, 200));
+  WriteFile(P("once"), RandomBytes(kFile, 201));
+  // Each request re-reads "reread", then writes a new block: the block a request wrote last
+  // before the next one read is its tail, never read again.
+  (void)ReadFile(P("reread"));
+  FillUntilEviction(0, [&] { (void)ReadFile(P("reread")); });
+  EXPECT_TRUE(Gone("once"));
+  EXPECT_TRUE(Exists("reread"));
 }
 
 TEST_F(EvictionMountTest, RejectsBadWatermarks) {
