@@ -26,6 +26,11 @@ class Index {
   // The id of the record holding this layout, or kInvalidId. A linear scan: only the rare
   // corruption path needs it, so no reverse map is kept on the hot path.
   ObjectId FindByLayout(const Layout* layout) const;
+  // The record of `id`, or null (IndexUndo captures the state a batch replaces).
+  const ObjectRecord* Find(ObjectId id) const {
+    auto it = records_.find(id);
+    return it == records_.end() ? nullptr : &it->second;
+  }
 
  private:
   void Account(const ObjectRecord& rec, int sign);

@@ -1,6 +1,7 @@
 // IoFaultInjector: the one hook every device I/O of the engine passes through, so tests can
 // inject EIO, silent corruption or a torn (short) write at a chosen I/O, in the spirit of
-// RocksDB's FaultInjectionTestFS. Production engines run without one.
+// RocksDB's FaultInjectionTestFS. Journal appends pass through it too (IoRequest::journal).
+// Production engines run without one.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@ struct IoRequest {
   uint64_t offset = 0;
   uint8_t* data = nullptr;  // the buffer about to be written / just read
   uint32_t len = 0;
+  bool journal = false;  // a journal append (offset: in the journal file; device unused)
 };
 
 class IoFaultInjector {

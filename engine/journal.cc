@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "atomic_file.h"
 #include "byte_io.h"
 
 namespace kvfs {
@@ -98,22 +99,7 @@ Result<std::unique_ptr<Journal>> Journal::OpenForAppend(const std::string& dir, 
 
 Result<JournalScan> Journal::Scan(const std::string& path) {
   JournalScan scan;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + path);
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status st = ErrnoStatus("read " + path);
-      ::close(fd);
-      return st;
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  KVFS_ASSIGN_OR_RETURN(const std::string data, ReadWholeFile(path));
   scan.file_bytes = data.size();
   ByteReader header(data.data(), data.size());
   if (header.U64() != kJournalMagic || !header.ok()) return scan;  // nothing valid
@@ -149,7 +135,25 @@ void Journal::EncodeRecord(RecordType type, const std::string& payload, std::str
 
 Status Journal::AppendDurable(const std::string& encoded) {
   if (!encoded.empty()) {
-    Status st = WriteAll(fd_, encoded.data(), encoded.size(), path_);
+    size_t len = encoded.size();
+    Status st;
+    if (faults_ != nullptr) {
+      IoRequest req;
+      req.write = true;
+      req.journal = true;
+      req.offset = size_;
+      req.data = reinterpret_cast<uint8_t*>(const_cast<char*>(encoded.data()));
+      req.len = static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX));
+      st = faults_->BeforeIo(req);
+      if (st.ok() && req.len < len) {
+        len = req.len;  // a torn append: the prefix reaches the file, then the write "fails"
+        st = Status::IoError("write " + path_ + ": torn append (injected)");
+      }
+    }
+    if (len > 0 && (st.ok() || len < encoded.size())) {
+      Status w = WriteAll(fd_, encoded.data(), len, path_);
+      if (st.ok()) st = w;
+    }
     if (!st.ok()) {
       // Cut a partial append off so the next one does not land behind garbage.
       if (::ftruncate(fd_, static_cast<off_t>(size_)) == 0)

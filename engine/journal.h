@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "io_fault_injector.h"
 #include "kvfs/status.h"
 
 namespace kvfs {
@@ -55,8 +56,12 @@ class Journal {
 
   static void EncodeRecord(RecordType type, const std::string& payload, std::string* out);
 
-  // Appends already-encoded records and makes them durable (write + fdatasync).
+  // Appends already-encoded records and makes them durable (write + fdatasync). On failure
+  // the file is cut back to its previous size, so the next append does not land behind a
+  // partial record.
   Status AppendDurable(const std::string& encoded);
+  // Tests: every append passes through `faults` first (EIO, a torn append).
+  void set_fault_injector(IoFaultInjector* faults) { faults_ = faults; }
 
   uint64_t number() const { return number_; }
   uint64_t size() const { return size_; }
@@ -68,6 +73,7 @@ class Journal {
   uint64_t number_;
   uint64_t size_;
   std::string path_;
+  IoFaultInjector* faults_ = nullptr;
 };
 
 // fsync of a directory, so creates, renames and deletes in it survive a crash.

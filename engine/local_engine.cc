@@ -24,6 +24,7 @@
 #include "engine_context.h"
 #include "engine_eviction.h"
 #include "index.h"
+#include "index_undo.h"
 #include "journal.h"
 #include "policy_state.h"
 #include "record_codec.h"
@@ -80,6 +81,8 @@ class LocalEngineImpl final : public LocalEngine {
   ObjectId NewId() override;
   Status Apply(const MetaBatch& batch) override;
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
+  Result<uint64_t> Submit(const MetaBatch& batch) override;
+  Status AwaitDurable(uint64_t token) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Status Verify(const LayoutRef& layout) override;
   void SetListener(StoreListener* listener) override { listener_ = listener; }
@@ -95,10 +98,18 @@ class LocalEngineImpl final : public LocalEngine {
     std::vector<LayoutRef> dropped;  // freed once `encoded` is durable
   };
 
+    IndexUndo undo;                  // takes the batch back out of the index if it never is
   Status Validate(const MetaBatch& batch) const;
   Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len);
   void DropCorrupt(const LayoutRef& layout, const Status& why);
-  uint64_t Enqueue(std::string encoded, std::vector<LayoutRef> dropped);  // mu_ held
+  uint64_t Enqueue(std::string encoded, std::vector<LayoutRef> dropped,
+                   IndexUndo undo = {});  // mu_ held
+  // mu_ held: the error every change gets once a journal write has failed.
+  Status ReadOnlyError() const;
+  // After a failed commit (mu_ held): takes `failed` and everything queued behind it back out
+  // of the index, newest first, so the index matches the disk. Returns the ids it changed.
+  std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> RollBack(
+      std::vector<PendingCommit>* failed);
   // Bounded cache: journals the removal of evicted files (mu_ held) and tells the listener
   // (no lock held). Reclaim evicts for a writer that found no free extent.
   uint64_t RemoveEvicted(const std::vector<ObjectId>& victims);
@@ -120,6 +131,7 @@ class LocalEngineImpl final : public LocalEngine {
   Status commit_error_;  // sticky: after a failed journal write nothing more is accepted
   uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
   Status checkpoint_status_;
+  bool failure_reported_ = false;  // the failed changes are undone and the listener told
   bool stop_ = false;
   bool flush_requested_ = false;  // commit now even with durability=async (Reclaim waits)
   std::unique_ptr<EngineEviction> eviction_;  // under mu_
@@ -130,8 +142,8 @@ class LocalEngineImpl final : public LocalEngine {
   std::atomic<uint64_t> journal_bytes_{0};
   std::atomic<uint64_t> corrupt_dropped_{0};
   std::atomic<StoreListener*> listener_{nullptr};
+  std::atomic<uint64_t> journal_commits_{0};
   std::unique_ptr<Journal> journal_;  // the committer's, after Start
-  std::vector<LayoutRef> leaked_;     // dropped by a batch that never became durable
   std::thread committer_;
 };
 
@@ -151,7 +163,6 @@ LocalEngineImpl::~LocalEngineImpl() {
     index_.Clear(&dropped);
   }
   dropped.clear();
-  leaked_.clear();
   journal_.reset();
   if (ctx_) ctx_->Close();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
@@ -194,6 +205,7 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   KVFS_RETURN_IF_ERROR(SyncDirectory(options_.data_dir));
   journal_bytes_ = journal_->size();
   spdlog::info("engine: opened {} ({} devices, {} objects, {} journal records replayed{}{})",
+  journal_->set_fault_injector(options_.fault_injector.get());
                options_.data_dir, ctx_->devices().size(), index_.objects(), state.replayed_records,
                state.truncated ? ", torn tail cut" : "",
                dropped_records ? ", some records dropped" : "");
@@ -252,9 +264,10 @@ Status LocalEngineImpl::Validate(const MetaBatch& batch) const {
   return Status::Ok();
 }
 
-uint64_t LocalEngineImpl::Enqueue(std::string encoded, std::vector<LayoutRef> dropped) {
+uint64_t LocalEngineImpl::Enqueue(std::string encoded, std::vector<LayoutRef> dropped,
+                                  IndexUndo undo) {
   const uint64_t seq = ++last_seq_;
-  queue_.push_back({seq, std::move(encoded), std::move(dropped)});
+  queue_.push_back({seq, std::move(encoded), std::move(dropped), std::move(undo)});
   return seq;
 }
 
@@ -262,6 +275,26 @@ Status LocalEngineImpl::Apply(const MetaBatch& batch) {
   KVFS_RETURN_IF_ERROR(Validate(batch));
   std::string encoded;
   Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
+  KVFS_ASSIGN_OR_RETURN(uint64_t seq, Submit(batch));
+  return AwaitDurable(seq);
+}
+
+Status LocalEngineImpl::AwaitDurable(uint64_t seq) {
+  if (options_.durability != Durability::kClose) return Status::Ok();
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return durable_seq_ >= seq || failure_reported_; });
+  if (durable_seq_ >= seq) return Status::Ok();
+  return ReadOnlyError();
+}
+
+Status LocalEngineImpl::ReadOnlyError() const {
+  return Status::Error(EROFS, "kvfs store is read-only: a journal write failed (" +
+                                  commit_error_.message() +
+                                  "); changes since the last durable commit were undone; "
+                                  "restart to recover");
+}
+
+Result<uint64_t> LocalEngineImpl::Submit(const MetaBatch& batch) {
   if (encoded.size() > Journal::kMaxRecord) return Status::Invalid("batch too large");
   uint64_t published = 0, max_id = 0;
   for (const ObjectRecord& rec : batch.puts) {
@@ -273,13 +306,13 @@ Status LocalEngineImpl::Apply(const MetaBatch& batch) {
   while (cur <= max_id && !next_id_.compare_exchange_weak(cur, max_id + 1)) {
   }
   std::unique_lock lock(mu_);
-  if (!commit_error_.ok())
-    return Status::IoError("journal failed earlier: " + commit_error_.message());
+  if (!commit_error_.ok()) return ReadOnlyError();
   if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
   std::vector<LayoutRef> dropped;
   index_.Apply(batch, &dropped);
   eviction_->OnApply(batch);
-  const uint64_t seq = Enqueue(std::move(encoded), std::move(dropped));
+  const uint64_t seq = Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
+  IndexUndo undo = IndexUndo::Capture(index_, batch);
   ctx_->counters().writes.fetch_add(published);
   std::vector<ObjectId> victims;
   if (published > 0) {
@@ -287,14 +320,9 @@ Status LocalEngineImpl::Apply(const MetaBatch& batch) {
     if (!victims.empty()) RemoveEvicted(victims);
   }
   work_cv_.notify_one();
-  Status result = Status::Ok();
-  if (options_.durability == Durability::kClose) {
-    done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
-    if (durable_seq_ < seq) result = commit_error_;
-  }
   lock.unlock();
   NotifyEvicted(victims);
-  return result;
+  return seq;
 }
 
 uint64_t LocalEngineImpl::RemoveEvicted(const std::vector<ObjectId>& victims) {
@@ -305,7 +333,8 @@ uint64_t LocalEngineImpl::RemoveEvicted(const std::vector<ObjectId>& victims) {
   std::vector<LayoutRef> dropped;
   index_.Apply(batch, &dropped);
   ctx_->counters().evictions.fetch_add(victims.size());
-  return Enqueue(std::move(encoded), std::move(dropped));
+  return Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
+  IndexUndo undo = IndexUndo::Capture(index_, batch);
 }
 
 void LocalEngineImpl::NotifyEvicted(const std::vector<ObjectId>& victims) {
@@ -345,7 +374,7 @@ Status LocalEngineImpl::Evict(ObjectId id) {
   std::vector<ObjectId> victims{id};
   {
     std::unique_lock lock(mu_);
-    if (!commit_error_.ok()) return Status::IoError("journal failed earlier");
+    if (!commit_error_.ok()) return ReadOnlyError();
     if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
     if (!eviction_->tracked(id)) return Status::Invalid("not a published file with data");
     if (eviction_->pinned(id)) return Status::Error(EPERM, "file is pinned");
@@ -354,7 +383,7 @@ Status LocalEngineImpl::Evict(ObjectId id) {
     work_cv_.notify_one();
     if (options_.durability == Durability::kClose) {
       done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
-      if (durable_seq_ < seq) return commit_error_;
+      if (durable_seq_ < seq) return ReadOnlyError();
     }
   }
   NotifyEvicted(victims);
@@ -418,19 +447,31 @@ void LocalEngineImpl::CommitLoop() {
     snapshot.clear();
     if (st.ok() && !failed_before) {
       batch.clear();  // durable: the dropped layouts may now free their extents
-    } else {
-      if (!st.ok()) spdlog::error("engine: journal commit failed: {}", st.ToString());
-      for (auto& p : batch) {
-        for (auto& l : p.dropped) leaked_.push_back(std::move(l));
-      }
-      batch.clear();
+    } else if (!st.ok()) {
+      spdlog::error("engine: journal commit failed, the store is read-only from now on: {}",
+                    st.ToString());
     }
 
     lock.lock();
     if (st.ok() && !failed_before) {
       durable_seq_ = std::max(durable_seq_, max_seq);
-    } else if (commit_error_.ok()) {
-      commit_error_ = st;
+    std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> rolled_back;
+    } else {
+      if (commit_error_.ok()) commit_error_ = st;
+      rolled_back = RollBack(&batch);
+      // Without the lock: layout deleters and the listener (the namespace) take their own.
+      // New changes are refused meanwhile (commit_error_ is set).
+      lock.unlock();
+      batch.clear();
+      if (!rolled_back.empty()) {
+        spdlog::error("engine: undid {} changes that never became durable", rolled_back.size());
+        if (StoreListener* l = listener_.load()) {
+          for (const auto& [id, rec] : rolled_back) l->OnRolledBack(id, rec ? &*rec : nullptr);
+        }
+      }
+      lock.lock();
+      // Waiters learn of the failure only now, when the in-memory state matches the disk.
+      failure_reported_ = true;
     }
     if (checkpoint) {
       checkpoints_done_ = ckpt_request;
@@ -444,6 +485,23 @@ void LocalEngineImpl::CommitLoop() {
 Status LocalEngineImpl::CommitRecords(const std::vector<PendingCommit>& batch) {
   // Data before metadata: the devices written since the last commit are synced first, so a
   // durable record never names extents whose data could still be lost.
+std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> LocalEngineImpl::RollBack(
+    std::vector<PendingCommit>* failed) {
+  // Everything queued after the failed group was applied on top of it: undo newest first.
+  std::vector<PendingCommit> all = std::move(*failed);
+  for (auto& p : queue_) all.push_back(std::move(p));
+  queue_.clear();
+  std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> changed;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    // The layouts a batch dropped are back in the index now (restored from its undo); the
+    // ones its puts added are never durable and may free their extents.
+    it->undo.Restore(&index_, &it->dropped, &changed);
+  }
+  // Freed outside mu_ by the caller (layout deleters take the space lock).
+  *failed = std::move(all);
+  return changed;
+}
+
   for (uint16_t d : ctx_->TakeDirtyDevices()) {
     KVFS_RETURN_IF_ERROR(ctx_->devices()[d]->DataSync());
   }
@@ -453,6 +511,7 @@ Status LocalEngineImpl::CommitRecords(const std::vector<PendingCommit>& batch) {
   Status st = journal_->AppendDurable(all);
   journal_bytes_ = journal_->size();
   return st;
+  journal_commits_.fetch_add(1);
 }
 
 Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records,
@@ -465,6 +524,7 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
   journal_bytes_ = journal_->size();
   // If this fails, the old checkpoint plus every journal from it still describe the state.
   KVFS_RETURN_IF_ERROR(Checkpoint::Write(dir, old_number + 1, next_id, records));
+  journal_->set_fault_injector(options_.fault_injector.get());
   KVFS_ASSIGN_OR_RETURN(std::vector<uint64_t> journals, Journal::List(dir));
   for (uint64_t n : journals) {
     if (n <= old_number) ::unlink((dir + "/" + Journal::FileName(n)).c_str());
@@ -530,7 +590,7 @@ void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
       std::vector<LayoutRef> dropped;
       index_.Apply(batch, &dropped);
       // Not waited for: a crash before the commit only means the next read finds it again.
-      Enqueue(std::move(encoded), std::move(dropped));
+      Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
       work_cv_.notify_one();
     }
   }
@@ -540,6 +600,7 @@ void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
   if (StoreListener* l = listener_.load()) l->OnDropped(id);
 }
 
+      IndexUndo undo = IndexUndo::Capture(index_, batch);
 Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t offset, void* out,
                                             size_t len) {
   if (!layout || offset >= layout->size || len == 0) return size_t{0};
@@ -602,6 +663,7 @@ Result<std::unique_ptr<LocalEngine>> LocalEngine::Open(const EngineOptions& opti
   if (lock_fd < 0) {
     return Status::Error(errno, "cannot open " + lock_path + ": " + std::strerror(errno));
   }
+  s.journal_commits = journal_commits_.load();
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(lock_fd);

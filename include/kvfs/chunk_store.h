@@ -61,6 +61,7 @@ struct StoreStats {
   std::vector<std::string> devices;
 };
 
+  uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)
 // Told about records the store removed on its own (not through Apply), so the fs layer can
 // drop the names from its namespace and the kernel's caches. Called without store locks held,
 // from whichever thread noticed; must not call back into the store synchronously with Apply.
@@ -76,6 +77,10 @@ class StoreListener {
 
 class ChunkStore {
  public:
+  // A journal write failed: the store undid a change it had accepted but never made durable and
+  // is read-only from now on. `record` is the durable record of `id` again, or null when the id
+  // has no record on disk. Called from the committer thread, oldest state last.
+  virtual void OnRolledBack(ObjectId /*id*/, const ObjectRecord* /*record*/) {}
   virtual ~ChunkStore() = default;
 
   // The records recovered at open (every journaled object except the root), for building the
@@ -90,6 +95,17 @@ class ChunkStore {
   // A writer for a new version. `base` (may be null) is the content it starts from: the
   // published version for an overwrite without O_TRUNC, null for a new or truncated file.
   virtual Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) = 0;
+  // Apply in two steps, for callers that must keep their batches in order but should not wait
+  // for one to be durable before submitting the next: Submit applies the batch in memory and
+  // queues it behind every batch submitted before (it never waits for the disk) and returns a
+  // token; AwaitDurable(token) returns once that batch is as durable as Apply would have made
+  // it. Concurrent publishes submitted this way share one journal write + fdatasync (group
+  // commit). Stores without a queue apply in Submit and have nothing to wait for.
+  virtual Result<uint64_t> Submit(const MetaBatch& batch) {
+    KVFS_RETURN_IF_ERROR(Apply(batch));
+    return uint64_t{0};
+  }
+  virtual Status AwaitDurable(uint64_t /*token*/) { return Status::Ok(); }
   // Reads published content; every byte returned was checksum-verified. A mismatch gives EIO.
   virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
 
