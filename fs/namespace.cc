@@ -127,7 +127,7 @@ Result<Inode*> Namespace::FindDir(uint64_t ino) {
 }
 
 Inode* Namespace::Child(Inode* dir, std::string_view name) {
-  auto it = dir->dir->cookie_of.find(std::string(name));
+  auto it = dir->dir->cookie_of.find(name);
   if (it == dir->dir->cookie_of.end()) return nullptr;
   return Find(dir->dir->by_cookie.at(it->second).ino);
 }
@@ -143,6 +143,16 @@ void Namespace::UnlinkChild(Inode* dir, const std::string& name) {
   if (it == dir->dir->cookie_of.end()) return;
   dir->dir->by_cookie.erase(it->second);
   dir->dir->cookie_of.erase(it);
+}
+
+void Namespace::DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch) {
+  UnlinkChild(dir, in->rec.name);
+  in->linked = false;
+  in->rec.ctime = now;
+  if (in->journaled) batch->removes.push_back(in->rec.id);
+  // Nothing more is journaled for it: a writer still holding it publishes nowhere.
+  in->journaled = false;
+  MaybeDrop(in);  // `in` may be gone from here on
 }
 
 void Namespace::MaybeDrop(Inode* in) {
@@ -176,13 +186,16 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     std::unique_lock lock(apply_mu_);
     apply_cv_.wait(lock, [&] { return serving_ticket_ == ticket; });
   }
-  Status st = store_->Apply(batch);
-  if (!st.ok()) spdlog::error("namespace: journal apply failed: {}", st.ToString());
+  // Only the submission is serialized (it fixes the journal order); the wait for durability is
+  // not, so concurrent publishes share one journal write + fdatasync.
+  Result<uint64_t> token = store_->Submit(batch);
   {
     std::lock_guard lock(apply_mu_);
     ++serving_ticket_;
   }
   apply_cv_.notify_all();
+  Status st = token.ok() ? store_->AwaitDurable(*token) : token.status();
+  if (!st.ok()) spdlog::error("namespace: journal apply failed: {}", st.ToString());
   return st;
 }
 
@@ -340,14 +353,10 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
     } else if (in->dir) {
       return Status::Error(EISDIR, "is a directory");
     }
-    UnlinkChild(dir, in->rec.name);
-    in->linked = false;
-    in->rec.ctime = dir->rec.mtime = dir->rec.ctime = Now();
+    const Timespec64 now = Now();
+    DetachEntry(dir, in, now, &batch);
+    dir->rec.mtime = dir->rec.ctime = now;
     dir->lazy_dirty = true;
-    if (in->journaled) batch.removes.push_back(in->rec.id);
-    // Nothing more is journaled for it: a writer still holding it publishes nowhere.
-    in->journaled = false;
-    MaybeDrop(in);
     if (batch.removes.empty()) return Status::Ok();
     ticket = TakeTicket();
   }
@@ -416,12 +425,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
         } else if (target->dir) {
           return Status::Error(EISDIR, "target is a directory");
         }
-        UnlinkChild(dst_dir, target->rec.name);
-        target->linked = false;
-        target->rec.ctime = now;
-        if (target->journaled) batch.removes.push_back(target->rec.id);
-        target->journaled = false;
-        MaybeDrop(target);
+        DetachEntry(dst_dir, target, now, &batch);
       }
       UnlinkChild(src_dir, moved->rec.name);
       moved->rec.parent = new_parent;

@@ -64,7 +64,12 @@ struct Directory {
   // Readdir cookies: each entry gets the next cookie when it is linked, so an offset handed to
   // the kernel stays valid while other entries come and go (1 and 2 are "." and "..").
   std::map<uint64_t, Child> by_cookie;
-  std::unordered_map<std::string, uint64_t> cookie_of;
+  // Looked up by string_view (transparent hash): a lookup allocates nothing.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint64_t, NameHash, std::equal_to<>> cookie_of;
   uint64_t next_cookie = 3;
 };
 
@@ -150,6 +155,10 @@ class Namespace {
   void ForgetStoreRemoval(ObjectId id, StoreRemoval why);
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
+  // The store undid a change it had accepted (a journal write failed; namespace_rollback.cc):
+  // puts `id` back to its durable `record`, or takes it out of the tree when there is none
+  // (null), and tells the kernel. Nothing is journaled. Open handles keep working.
+  void RestoreStoreRecord(ObjectId id, const ObjectRecord* record);
   // user.kvfs.parent (namespace_parent.cc): the chunk this file extends, for prefix-aware
   // eviction. `value` is a name in the file's directory or a path from the mount root; ENOENT
   // when nothing is there, empty clears it. Journaled when published.
@@ -196,6 +205,9 @@ class Namespace {
   Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,
                           uint32_t uid, uint32_t gid);  // mu_ held
   Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
+  // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
+  // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
+  void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);
   Status ApplyInOrder(uint64_t ticket, const MetaBatch& batch);
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
   Status PublishLocked(FileHandle* fh);             // session->mu held

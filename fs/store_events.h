@@ -16,6 +16,9 @@ class StoreEvents : public StoreListener {
   void OnEvicted(ObjectId id) override {
     ns_->ForgetStoreRemoval(id, Namespace::StoreRemoval::kEvicted);
   }
+  void OnRolledBack(ObjectId id, const ObjectRecord* record) override {
+    ns_->RestoreStoreRecord(id, record);
+  }
 
  private:
   Namespace* ns_;
