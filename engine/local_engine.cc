@@ -27,6 +27,7 @@
 #include "index_undo.h"
 #include "journal.h"
 #include "policy_state.h"
+#include "read_ahead.h"
 #include "record_codec.h"
 #include "recovery.h"
 
@@ -85,6 +86,7 @@ class LocalEngineImpl final : public LocalEngine {
   Status AwaitDurable(uint64_t token) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Status Verify(const LayoutRef& layout) override;
+  std::unique_ptr<ChunkReader> NewReader(LayoutRef layout) override;
   void SetListener(StoreListener* listener) override { listener_ = listener; }
   StoreStats Stats() const override;
   Status Sync() override;
@@ -141,6 +143,7 @@ class LocalEngineImpl final : public LocalEngine {
   std::atomic<uint64_t> next_id_{kRootId + 1};
   std::atomic<uint64_t> journal_bytes_{0};
   std::atomic<uint64_t> corrupt_dropped_{0};
+  std::shared_ptr<ReadAheadCounters> read_ahead_ = std::make_shared<ReadAheadCounters>();
   std::atomic<StoreListener*> listener_{nullptr};
   std::atomic<uint64_t> journal_commits_{0};
   std::unique_ptr<Journal> journal_;  // the committer's, after Start
@@ -563,6 +566,15 @@ Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, v
   return r;
 }
 
+std::unique_ptr<ChunkReader> LocalEngineImpl::NewReader(LayoutRef layout) {
+  // 8 segments ahead: enough to keep the device busy (fio peaks at depth 8 here) while the
+  // window stays at 12 MiB per sequentially read file.
+  constexpr uint32_t kReadAheadDepth = 8;
+  if (!layout || !ctx_->space().Owns(layout)) return nullptr;
+  return std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_,
+                                            kReadAheadDepth);
+}
+
 Status LocalEngineImpl::Verify(const LayoutRef& layout) {
   if (!layout) return Status::Ok();
   const uint64_t seg = options_.segment_size;
@@ -644,6 +656,9 @@ StoreStats LocalEngineImpl::Stats() const {
   s.checksum_failures = c.checksum_failures.load();
   s.corrupt_dropped = corrupt_dropped_.load();
   s.evictions = c.evictions.load();
+  s.readahead_hits = read_ahead_->hits.load();
+  s.readahead_misses = read_ahead_->misses.load();
+  s.readahead_wasted = read_ahead_->wasted.load();
   s.eviction_policy = std::string(eviction_->policy_name());
   s.high_watermark = eviction_->high_watermark();
   s.low_watermark = eviction_->low_watermark();

@@ -11,6 +11,7 @@
 
 #include "cluster_node.h"
 #include "kvfs/version.h"
+#include "splice_reply.h"
 
 namespace kvfs::fs {
 namespace {
@@ -211,6 +212,14 @@ nlohmann::json Control::StatusJson() {
       {"lookups", c.lookups.load()},
       {"lookup_hits", c.hits.load()},
       {"lookup_misses", c.misses.load()},
+      {"read_replies_spliced", ReadReplies().spliced.load()},
+      {"read_replies_splice_fallbacks", ReadReplies().splice_fallbacks.load()},
+      {"read_replies_copied", ReadReplies().copied.load()},
+      {"read_bytes_spliced", ReadReplies().spliced_bytes.load()},
+      {"read_bytes_copied", ReadReplies().copied_bytes.load()},
+      {"readahead_hits", s.readahead_hits},
+      {"readahead_misses", s.readahead_misses},
+      {"readahead_wasted", s.readahead_wasted},
       {"checksum_failures", s.checksum_failures},
       {"corrupt_dropped", s.corrupt_dropped},
       {"evictions", s.evictions},

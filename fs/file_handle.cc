@@ -75,6 +75,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       // published version must bypass it.
       handle->direct_io = (flags & O_DIRECT) || in->writing;
       handle->keep_cache = !handle->direct_io && in->journaled;
+      if (handle->layout) handle->reader = store_->NewReader(handle->layout);
       TouchAtime(in);
     } else {
       std::shared_ptr<WriteSession> session = in->writing;
@@ -126,6 +127,31 @@ Result<size_t> Namespace::Read(FileHandle* fh, uint64_t offset, void* out, size_
     if (Inode* in = Find(fh->ino)) TouchAtime(in);
   }
   return n;
+}
+
+Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t len) {
+  if (fh->reader && !fh->session) {
+    Result<ReadView> view = fh->reader->Read(offset, len);
+    if (view.ok()) {
+      std::lock_guard lock(mu_);
+      if (Inode* in = Find(fh->ino)) TouchAtime(in);
+      return view;
+    }
+    // Read owns the error semantics (EIO, dropping a corrupt record): let it read again.
+    spdlog::debug("reader of inode {} at {}: {}; reading again", fh->ino, offset,
+                  view.status().ToString());
+  }
+  // Writers' views and stores without readers: one buffer per thread, reused once the last
+  // reply that spliced from it is done with it.
+  thread_local std::shared_ptr<std::vector<uint8_t>> buf;
+  if (!buf || buf.use_count() > 1) buf = std::make_shared<std::vector<uint8_t>>();
+  if (buf->size() < len) buf->resize(len);
+  KVFS_ASSIGN_OR_RETURN(size_t n, Read(fh, offset, buf->data(), len));
+  ReadView view;
+  view.size = n;
+  if (n > 0) view.spans.push_back({buf->data(), n});
+  view.holds.push_back(buf);
+  return view;
 }
 
 Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_t len) {

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "splice_reply.h"
+
 namespace kvfs::fs {
 namespace {
 
@@ -57,6 +59,11 @@ void OnInit(void*, fuse_conn_info* conn) {
   // Published versions are immutable and a new one is announced with notify_inval_inode, so
   // the kernel need not drop cached pages whenever it refreshes attributes (atime changes).
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  // Read replies go by splice from verified store buffers (splice_reply.h).
+  const unsigned splice = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+  if ((conn->capable & splice) == splice) conn->want |= splice;
+  EnableSplicedReplies((conn->want & FUSE_CAP_SPLICE_WRITE) != 0);
+  conn->max_read = kMaxSplicedRead;  // must match the max_read mount option (session.cc)
   conn->max_background = 64;
   conn->congestion_threshold = 48;
   spdlog::info("fuse: init done, max_write {} max_readahead {}", conn->max_write,
@@ -214,17 +221,20 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   FsContext& c = Ctx(req);
-  // One buffer per FUSE worker thread, grown to the largest request (1 MiB) once.
-  thread_local std::vector<char> buf;
-  if (buf.size() < size) buf.resize(size);
-  Result<size_t> n = Control::Owns(ino)
-                         ? c.control->Read(HandleOf<ControlHandle>(fi), off, buf.data(), size)
-                         : c.ns->Read(HandleOf<FileHandle>(fi), off, buf.data(), size);
-  if (!n.ok()) {
-    spdlog::warn("read of inode {} at {} failed: {}", ino, off, n.status().ToString());
-    return ReplyStatus(req, n.status());
+  if (Control::Owns(ino)) {
+    thread_local std::vector<char> buf;
+    if (buf.size() < size) buf.resize(size);
+    auto n = c.control->Read(HandleOf<ControlHandle>(fi), off, buf.data(), size);
+    if (!n.ok()) return ReplyStatus(req, n.status());
+    return (void)fuse_reply_buf(req, buf.data(), *n);
   }
-  fuse_reply_buf(req, buf.data(), *n);
+  // Verified bytes straight from the store's buffers, spliced into the reply (splice_reply.h).
+  auto view = c.ns->ReadSpans(HandleOf<FileHandle>(fi), static_cast<uint64_t>(off), size);
+  if (!view.ok()) {
+    spdlog::warn("read of inode {} at {} failed: {}", ino, off, view.status().ToString());
+    return ReplyStatus(req, view.status());
+  }
+  ReplyRead(req, *view);
 }
 
 void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,

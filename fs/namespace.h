@@ -90,6 +90,8 @@ struct FileHandle {
   bool can_write = false;
   LayoutRef layout;                       // read-only handles: the version current at open
   std::shared_ptr<WriteSession> session;  // writable handles
+  // Read-only handles on a store that has one: verified segments, read ahead (file_handle.cc).
+  std::unique_ptr<ChunkReader> reader;
   // What the kernel is told at open.
   bool direct_io = false;
   bool keep_cache = false;
@@ -184,6 +186,8 @@ class Namespace {
                                                    uint32_t gid);
   Result<FileHandle*> Open(uint64_t ino, int flags);
   Result<size_t> Read(FileHandle* fh, uint64_t offset, void* out, size_t len);
+  // The same bytes as verified spans of store buffers (no copy), for a spliced reply.
+  Result<ReadView> ReadSpans(FileHandle* fh, uint64_t offset, size_t len);
   Status Write(FileHandle* fh, uint64_t offset, const void* data, size_t len);
   // Publishes the handle's session if it changed: Finish() then one Apply. close(2) waits on it.
   Status Flush(FileHandle* fh);

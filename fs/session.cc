@@ -7,13 +7,17 @@
 #include <fstream>
 
 #include "mount_info.h"
+#include "splice_reply.h"
 
 namespace kvfs::fs {
 
 Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
                                                 const std::vector<std::string>& fuse_options,
                                                 FsContext* ctx) {
-  std::vector<std::string> argv_s = {"kvfs", "-o", "fsname=kvfs,subtype=kvfs,default_permissions"};
+  // max_read: READs no larger than a spliced reply that fits a 1 MiB pipe (splice_reply.h).
+  std::vector<std::string> argv_s = {
+      "kvfs", "-o",
+      "fsname=kvfs,subtype=kvfs,default_permissions,max_read=" + std::to_string(kMaxSplicedRead)};
   for (const auto& o : fuse_options) {
     argv_s.push_back("-o");
     argv_s.push_back(o);
@@ -44,6 +48,10 @@ Session::~Session() {
 }
 
 void Session::TuneReadahead(unsigned kb) {
+  // A whole number of READs per readahead window: with READs of kMaxSplicedRead, 1024 KiB
+  // would be one 1008 KiB READ plus a 16 KiB one.
+  const unsigned read_kb = kMaxSplicedRead / 1024;
+  kb = (kb + read_kb - 1) / read_kb * read_kb;
   // The device number comes from mountinfo: a stat() of the mountpoint would be a FUSE request
   // to ourselves before the loop runs.
   auto mount = FindMount(ReadMountInfo(), mountpoint_);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvfs/chunk_reader.h"
 #include "kvfs/object.h"
 #include "kvfs/status.h"
 
@@ -54,6 +55,9 @@ struct StoreStats {
   uint64_t corrupt_dropped = 0;  // records the store removed because their data was corrupt
   uint64_t stored_bytes = 0;     // on-device payload bytes of published files (after codec)
   uint64_t evictions = 0;        // files the bounded cache evicted (incl. explicit evictions)
+  // Read-ahead of ChunkReaders: segments found read or in flight when asked for (hits), read
+  // on demand (misses), and read ahead but dropped unused.
+  uint64_t readahead_hits = 0, readahead_misses = 0, readahead_wasted = 0;
   std::string eviction_policy;   // empty: the store does not evict
   double high_watermark = 0, low_watermark = 0;  // fractions of capacity_bytes
   uint64_t journal_bytes = 0;
@@ -108,6 +112,10 @@ class ChunkStore {
   virtual Status AwaitDurable(uint64_t /*token*/) { return Status::Ok(); }
   // Reads published content; every byte returned was checksum-verified. A mismatch gives EIO.
   virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
+  // A reader of one published version for one open file (it holds the layout): verified bytes
+  // in the store's buffers, with read-ahead for sequential readers. Null: the store has none,
+  // use Read.
+  virtual std::unique_ptr<ChunkReader> NewReader(LayoutRef /*layout*/) { return nullptr; }
 
   // Reads every segment of a layout, checking checksums and decoding. EIO when any segment is
   // corrupt; then, like a failed Read, the owning record is dropped and the listener told.

@@ -1,0 +1,231 @@
+#include "read_ahead.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "segment_codec.h"
+
+namespace kvfs {
+namespace {
+
+constexpr uint64_t kNoSegment = std::numeric_limits<uint64_t>::max();
+
+std::shared_ptr<uint8_t> AlignedBuffer(size_t len) {
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, (len + 4095) / 4096 * 4096));
+  return std::shared_ptr<uint8_t>(p, [](uint8_t* b) { std::free(b); });
+}
+
+}  // namespace
+
+struct SegmentReadAhead::Slot {
+  enum class State { kEmpty, kInFlight, kReady, kFailed };
+  uint64_t segment = kNoSegment;
+  State state = State::kEmpty;
+  bool asked = false;                // a reader asked for it (else a read ahead not used yet)
+  std::shared_ptr<uint8_t> stored;   // device bytes, O_DIRECT target
+  std::shared_ptr<uint8_t> decoded;  // lz4 segments and holes
+  std::shared_ptr<uint8_t> served;   // verified raw bytes: `stored` or `decoded`
+  Status error;
+};
+
+SegmentReadAhead::SegmentReadAhead(std::shared_ptr<EngineContext> ctx, LayoutRef layout,
+                                   std::shared_ptr<ReadAheadCounters> counters, uint32_t depth)
+    : ctx_(std::move(ctx)),
+      layout_(std::move(layout)),
+      counters_(std::move(counters)),
+      depth_(depth),
+      seg_size_(ctx_->segment_size()) {}
+
+SegmentReadAhead::~SegmentReadAhead() {
+  // The kernel may still be writing into window buffers: wait for every read before freeing.
+  if (ring_) {
+    while (ring_->in_flight() > 0) ring_->Reap(ring_->in_flight(), [](uint64_t, Status) {});
+  }
+  for (auto& s : slots_) {
+    if (s->state == Slot::State::kReady && !s->asked) counters_->wasted.fetch_add(1);
+  }
+  counters_->buffered_bytes.fetch_sub(buffered_);
+}
+
+SegmentReadAhead::Slot* SegmentReadAhead::Find(uint64_t segment) {
+  for (auto& s : slots_) {
+    if (s->segment == segment && s->state != Slot::State::kEmpty) return s.get();
+  }
+  return nullptr;
+}
+
+SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, bool demand) {
+  Slot* pick = nullptr;
+  for (auto& s : slots_) {
+    if (s->state == Slot::State::kInFlight) continue;
+    if (s->state == Slot::State::kEmpty || s->state == Slot::State::kFailed) {
+      pick = s.get();
+      break;
+    }
+    // Behind the reader: a sequential reader will not come back to it.
+    if (s->segment < first && (!pick || s->segment < pick->segment)) pick = s.get();
+  }
+  const uint64_t max_slots = depth_ + 4 + (last - first);
+  if (!pick && slots_.size() < max_slots) {
+    slots_.push_back(std::make_unique<Slot>());
+    pick = slots_.back().get();
+    buffered_ += ctx_->ring_config().buffer_bytes;
+    counters_->buffered_bytes.fetch_add(ctx_->ring_config().buffer_bytes);
+  }
+  if (!pick && demand) {
+    // A reader that jumped back: give up the read-ahead segment furthest away.
+    for (auto& s : slots_) {
+      if (s->state == Slot::State::kReady && s->segment > last &&
+          (!pick || s->segment > pick->segment)) {
+        pick = s.get();
+      }
+    }
+  }
+  if (!pick) return nullptr;
+  if (pick->state == Slot::State::kReady && !pick->asked) counters_->wasted.fetch_add(1);
+  // A view handed out earlier may still be splicing from these buffers: leave them to it.
+  pick->served.reset();
+  if (pick->stored && pick->stored.use_count() > 1) pick->stored.reset();
+  if (pick->decoded && pick->decoded.use_count() > 1) pick->decoded.reset();
+  if (!pick->stored) pick->stored = AlignedBuffer(ctx_->ring_config().buffer_bytes);
+  pick->state = Slot::State::kEmpty;
+  pick->segment = kNoSegment;
+  pick->asked = false;
+  pick->error = Status::Ok();
+  return pick;
+}
+
+Status SegmentReadAhead::EnsureRing() {
+  if (ring_) return Status::Ok();
+  KVFS_ASSIGN_OR_RETURN(ring_, IoRing::CreateOwned(ctx_->ring_config()));
+  return Status::Ok();
+}
+
+Status SegmentReadAhead::Start(uint64_t segment, Slot* slot) {
+  const Segment& seg = layout_->segments[segment];
+  slot->segment = segment;
+  if (seg.stored_len == 0) {  // a hole: zeros, no device read
+    if (!slot->decoded) slot->decoded = AlignedBuffer(seg_size_);
+    std::memset(slot->decoded.get(), 0, seg.raw_len);
+    slot->served = slot->decoded;
+    slot->state = Slot::State::kReady;
+    return Status::Ok();
+  }
+  KVFS_RETURN_IF_ERROR(ctx_->space().CheckBounds(seg));
+  if (seg.stored_len > ctx_->ring_config().buffer_bytes) {
+    return Status::Invalid("segment larger than the engine's segment size");
+  }
+  if (ctx_->closed()) return Status::Error(ESHUTDOWN, "engine is closed");
+  KVFS_RETURN_IF_ERROR(EnsureRing());
+  RingOp op;
+  op.device = seg.device;
+  op.offset = seg.offset;
+  op.len = (seg.stored_len + 4095u) / 4096u * 4096u;
+  op.data = slot->stored.get();
+  const auto token = static_cast<uint64_t>(
+      std::find_if(slots_.begin(), slots_.end(), [&](auto& s) { return s.get() == slot; }) -
+      slots_.begin());
+  KVFS_RETURN_IF_ERROR(ring_->Submit(op, token));
+  slot->state = Slot::State::kInFlight;
+  return Status::Ok();
+}
+
+void SegmentReadAhead::Complete(uint64_t token, Status st) {
+  if (token >= slots_.size()) return;
+  Slot& slot = *slots_[token];
+  if (slot.state != Slot::State::kInFlight) return;
+  const Segment& seg = layout_->segments[slot.segment];
+  if (st.ok()) {
+    ctx_->counters().bytes_read.fetch_add(seg.stored_len);
+    if (seg.codec == Codec::kNone && seg.stored_len == seg.raw_len &&
+        SegmentCodec::Checksum(slot.stored.get(), seg.stored_len) == seg.checksum) {
+      slot.served = slot.stored;  // verified in place: served without a copy
+    } else {
+      // lz4, or a mismatch: Decode verifies (and words the error as the engine always does).
+      if (!slot.decoded) slot.decoded = AlignedBuffer(seg_size_);
+      st = SegmentCodec::Decode(seg, slot.stored.get(), slot.decoded.get());
+      if (st.ok()) slot.served = slot.decoded;
+    }
+  }
+  slot.error = st;
+  slot.state = st.ok() ? Slot::State::kReady : Slot::State::kFailed;
+}
+
+Status SegmentReadAhead::WaitFor(Slot* slot) {
+  while (slot->state == Slot::State::kInFlight) {
+    ring_->Reap(1, [this](uint64_t token, Status st) { Complete(token, std::move(st)); });
+  }
+  return slot->state == Slot::State::kReady ? Status::Ok() : slot->error;
+}
+
+Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
+  ReadView view;
+  const Layout& layout = *layout_;
+  if (offset >= layout.size || len == 0) return view;
+  const uint64_t end = std::min<uint64_t>(layout.size, offset + len);
+  const uint64_t first = offset / seg_size_, last = (end - 1) / seg_size_;
+  if (layout.segments.size() != (layout.size + seg_size_ - 1) / seg_size_) {
+    return Status::Invalid("layout segment count does not match its size");
+  }
+  ctx_->counters().reads.fetch_add(1);
+  std::lock_guard lock(mu_);
+  // The kernel's readahead sends several READs at once and threads may take them out of order:
+  // a read that starts at or a little past the previous end still counts as sequential.
+  const bool sequential = first + 1 >= next_expected_ && first <= next_expected_ + depth_;
+  sequential_ = sequential ? sequential_ + 1 : 0;
+  next_expected_ = sequential ? std::max(next_expected_, last + 1) : last + 1;
+
+  std::vector<Slot*> wanted;
+  for (uint64_t k = first; k <= last; ++k) {
+    Slot* slot = Find(k);
+    if (slot && slot->state != Slot::State::kFailed) {
+      counters_->hits.fetch_add(1);
+    } else {
+      counters_->misses.fetch_add(1);
+      if (!slot) {
+        while (!(slot = Claim(first, last, true))) {
+          if (!ring_ || ring_->in_flight() == 0) return Status::Invalid("read-ahead window full");
+          // Every slot is in flight: let one finish.
+          ring_->Reap(1, [this](uint64_t token, Status st) { Complete(token, std::move(st)); });
+        }
+      }
+      KVFS_RETURN_IF_ERROR(Start(k, slot));
+    }
+    slot->asked = true;
+    wanted.push_back(slot);
+  }
+  // Keep the next segments in flight while this request is answered (bounded per reader by
+  // the window and over all readers by the budget).
+  if (sequential_ > 0) {
+    const uint64_t stop = std::min<uint64_t>(last + depth_, layout.segments.size() - 1);
+    for (uint64_t k = last + 1; k <= stop; ++k) {
+      if (Find(k)) continue;
+      if (counters_->buffered_bytes.load() > counters_->budget_bytes) break;
+      Slot* slot = Claim(first, last, false);
+      if (!slot) break;
+      if (Status st = Start(k, slot); !st.ok()) {
+        slot->state = Slot::State::kEmpty;  // only a read ahead: the demand path reports errors
+        break;
+      }
+    }
+  }
+  for (uint64_t k = first; k <= last; ++k) {
+    Slot* slot = wanted[k - first];
+    KVFS_RETURN_IF_ERROR(WaitFor(slot));
+    const Segment& seg = layout.segments[k];
+    const uint64_t start = k * seg_size_;
+    const uint64_t from = std::max(offset, start) - start;
+    const uint64_t to = std::min<uint64_t>(end - start, seg_size_);
+    if (to > seg.raw_len) return Status::Corruption("segment shorter than the layout says");
+    view.spans.push_back({slot->served.get() + from, static_cast<size_t>(to - from)});
+    view.holds.push_back(slot->served);
+    view.size += to - from;
+  }
+  return view;
+}
+
+}  // namespace kvfs

@@ -1,0 +1,35 @@
+// ChunkReader: reads one published version for one open file, handing out verified bytes in
+// the store's own buffers (no copy into a caller buffer), so the fs layer can splice them into
+// the FUSE reply. A store may read ahead of a sequential reader.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvfs/status.h"
+
+namespace kvfs {
+
+// Bytes [offset, offset + size) of a version as spans of buffers that stay valid and unchanged
+// while the view (its `holds`) lives. Every byte was checksum-verified.
+struct ReadView {
+  std::vector<iovec> spans;
+  size_t size = 0;
+  std::vector<std::shared_ptr<const void>> holds;
+};
+
+// Thread-safe: FUSE serves several READs of one open file at once.
+class ChunkReader {
+ public:
+  virtual ~ChunkReader() = default;
+  // Clipped to the version's size (an empty view at or past the end). On any error the caller
+  // retries through ChunkStore::Read, which owns the error semantics (EIO, dropping a corrupt
+  // record); a reader only reports.
+  virtual Result<ReadView> Read(uint64_t offset, size_t len) = 0;
+};
+
+}  // namespace kvfs
