@@ -6,13 +6,13 @@
 # high and the low watermark of that capacity beside the measured row.
 #
 #   bench/tracebench/mount_replay.sh [BUILD_BIN_DIR]
-#   env: REQUESTS (3000), BLOCK (4096), POLICIES ("lru fifo lfu prefix"), CAPS ("0.10 0.25"),
+#   env: REQUESTS (1500), BLOCK (8192), POLICIES ("lru fifo lfu prefix"), CAPS ("0.10 0.25"),
 #        OUT (/tmp/tracebench-mount), EXTRA (more kvfs options, e.g. "--durability close")
 # Each mount is unmounted, its daemon stopped by PID and its data removed, also on errors.
 set -u
 BIN=${1:-build/bin}
-REQUESTS=${REQUESTS:-3000}
-BLOCK=${BLOCK:-4096}
+REQUESTS=${REQUESTS:-1500}
+BLOCK=${BLOCK:-8192}
 POLICIES=${POLICIES:-"lru fifo lfu prefix"}
 CAPS=${CAPS:-"0.10 0.25"}
 OUT=${OUT:-/tmp/tracebench-mount}
@@ -32,7 +32,8 @@ cleanup() {
   fi
   base="" pid=""
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
 
 for policy in $POLICIES; do
   for cap in $CAPS; do
