@@ -72,7 +72,10 @@ TEST_F(MountReadPathTest, ColdReadRepliesAreSplicedNotCopied) {
   auto before = Stats();
   EXPECT_EQ(ReadFile(P("chunk")), data);
   auto after = Stats();
-  EXPECT_GE(after["bytes_read"] - before["bytes_read"], data.size()) << "reads reached the daemon";
+  // (The memory store counts no bytes_read.)
+  if (!memory_store()) {
+    EXPECT_GE(after["bytes_read"] - before["bytes_read"], data.size()) << "reached the daemon";
+  }
   EXPECT_GT(after["read_replies_spliced"], before["read_replies_spliced"]);
   EXPECT_EQ(after["read_replies_splice_fallbacks"], before["read_replies_splice_fallbacks"]);
   // Nearly all bytes went by splice (only replies under two pages are copied).
@@ -80,10 +83,17 @@ TEST_F(MountReadPathTest, ColdReadRepliesAreSplicedNotCopied) {
   if (!memory_store()) {
     EXPECT_GT(after["readahead_hits"], before["readahead_hits"]);
   }
-  // A hot re-read is served by the page cache (keep_cache): the daemon reads nothing.
-  auto hot_before = Stats();
-  EXPECT_EQ(ReadFile(P("chunk")), data);
-  EXPECT_EQ(Stats()["bytes_read"], hot_before["bytes_read"]);
+  // A hot re-read is served by the page cache (keep_cache): the daemon reads nothing. The
+  // publish's page invalidation is sent asynchronously (notifier thread) and may land after
+  // the first read, and other processes may drop caches: so a few tries.
+  if (memory_store()) return;
+  bool served_by_cache = false;
+  for (int i = 0; i < 3 && !served_by_cache; ++i) {
+    auto hot_before = Stats();
+    EXPECT_EQ(ReadFile(P("chunk")), data);
+    served_by_cache = Stats()["bytes_read"] == hot_before["bytes_read"];
+  }
+  EXPECT_TRUE(served_by_cache);
 }
 
 TEST_F(MountReadPathTest, ReadAheadIsByteExactSequentialRandomAndConcurrent) {
