@@ -170,7 +170,9 @@ TEST_F(MountReadPathTest, ReadAheadIsByteExactSequentialRandomAndConcurrent) {
   auto after = Stats();
   EXPECT_EQ(after["checksum_failures"], 0u);
   EXPECT_EQ(after["read_replies_splice_fallbacks"], before["read_replies_splice_fallbacks"]);
-  if (!memory_store()) EXPECT_GT(after["readahead_hits"], seq["readahead_hits"]);
+  if (!memory_store()) {
+    EXPECT_GT(after["readahead_hits"], seq["readahead_hits"]);
+  }
 }
 
 }  // namespace
