@@ -19,8 +19,8 @@ import tempfile
 import time
 import unittest
 
-from kvfs_testlib import (REPO_ROOT, _is_mounted, _pid_alive, chunk_bytes, default_kvfs_bin,
-                          file_matches, write_file_atomic)
+from kvfs_testlib import (REPO_ROOT, _is_mounted, _pid_alive, _pids_with_arg, chunk_bytes,
+                          default_kvfs_bin, file_matches, write_file_atomic)
 
 MiB = 1024 * 1024
 HELPER = os.path.join(os.path.dirname(os.path.abspath(default_kvfs_bin())), "mount.kvfs")
@@ -97,6 +97,8 @@ class HelperMount:
                 break
             subprocess.run(["umount", self.mnt], capture_output=True)
             time.sleep(0.2)
+        # daemons whose PID the test never read (a failed start): found by our unique mountpoint
+        self.pids.update(p for p in _pids_with_arg(self.mnt) if _pid_alive(p))
         for pid in self.pids:
             if not self.wait_gone(pid, 10):
                 try:
