@@ -52,7 +52,9 @@ bool Reachable(const nlohmann::json& loc) {
 
 void Print(const std::string& path, const nlohmann::json& loc) {
   std::printf("%s\n", path.c_str());
-  std::printf("  chunk    %s\n", Text(loc, "chunk_key").c_str());
+  std::string key = Text(loc, "chunk_key");
+  if (key.empty()) key = "- (single node: the local engine's own)";
+  std::printf("  chunk    %s\n", key.c_str());
   std::printf("  local    %s\n", loc.value("local", false) ? "yes (this node has a copy)" : "no");
   const auto& holders = loc.value("holders", nlohmann::json::array());
   if (holders.empty()) std::printf("  holders  none\n");

@@ -1,0 +1,359 @@
+"""A 3-node kvfs cluster through real mounts (tests/pylib/kvfs_cluster.py): names are global,
+rename and unlink move no chunk data, a killed node costs a timeout and never a hang, a
+restarted node rejoins, a wrong secret is refused; kvfsctl nodes and where show all of it.
+
+Every test starts its own cluster on loopback (127.0.0.2..4, free ports) with a 1 s request
+timeout, and stops it by PID at the end. Reads that may meet a dead or frozen node run in a
+child process with a hard timeout, so a hang fails the test instead of hanging it."""
+
+import errno
+import json
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+
+from kvfs_cluster import KvfsCluster, wait_until
+from kvfs_testlib import chunk_bytes
+
+REQUEST_TIMEOUT_MS = 1000
+# A read that meets dead or frozen replicas costs at most one request timeout per replica
+# (R <= 2 here, plus the writer's copy); the rest is a generous margin for a loaded machine.
+READ_BOUND_S = 3 * REQUEST_TIMEOUT_MS / 1000 + 9
+# Visibility of a change made on another node: the design asks for about a second.
+VISIBLE_S = 5.0
+# Ping misses until a node is down (three by default) plus margin.
+DOWN_S = 20.0
+
+SIZES = [1, 4096, 70_000, 1 << 20, 3 * (1 << 20) + 17]
+
+
+def traffic(c, k):
+    """Sum of the chunk-data counters (GETs and PUTs, both directions) in node k's view."""
+    total = 0
+    for n in c.nodes_json(k)["nodes"]:
+        for key in ("gets_sent", "gets_served", "puts_sent", "puts_received"):
+            total += int(n.get(key, 0))
+    return total
+
+
+def self_entry(c, k):
+    """Node k's own row in its .kvfs/nodes (its totals over all peers)."""
+    (entry,) = [n for n in c.nodes_json(k)["nodes"] if n["state"] == "self"]
+    return entry
+
+
+class ClusterMount(unittest.TestCase):
+    def cluster(self, **kw):
+        kw.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
+        c = KvfsCluster(**kw)
+        self.addCleanup(self._stop, c)
+        c.start()
+        return c
+
+    def _failed(self):
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        if result is None:
+            return True
+        return any(t is self for t, _ in list(result.failures) + list(result.errors))
+
+    def _stop(self, c):
+        if self._failed():
+            print(c.logs_tail(3000), file=sys.stderr)
+        c.cleanup()
+
+    def read(self, c, k, rel):
+        with open(c.path(k, rel), "rb") as f:
+            return f.read()
+
+    def assert_content(self, c, k, rel, name, size):
+        data = self.read(c, k, rel)
+        self.assertEqual(len(data), size, f"{rel} on node {k}: size")
+        self.assertTrue(data == chunk_bytes(name, size), f"{rel} on node {k}: content differs")
+
+    def assert_read_ok_bounded(self, c, k, rel, name, size):
+        r = c.read_in_subprocess(k, rel, timeout=READ_BOUND_S + 20)
+        self.assertFalse(r["timed_out"], f"read of {rel} on node {k} hung")
+        self.assertTrue(r["ok"], f"read of {rel} on node {k} failed: errno {r['errno']}")
+        self.assertEqual(len(r["data"]), size, f"{rel} on node {k}")
+        self.assertTrue(r["data"] == chunk_bytes(name, size), f"{rel} on node {k}: content")
+
+    # -- names are global ---------------------------------------------------------------------
+    def test_publish_on_node1_read_on_node3_byte_exact(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "m"))
+        for i, size in enumerate(SIZES):
+            c.publish(1, f"m/chunk{i}", chunk_bytes(f"p{i}", size))
+        for i, size in enumerate(SIZES):
+            c.wait_exists(3, f"m/chunk{i}", VISIBLE_S)
+            self.assertEqual(os.stat(c.path(3, f"m/chunk{i}")).st_size, size)
+            self.assert_content(c, 3, f"m/chunk{i}", f"p{i}", size)
+            self.assert_content(c, 2, f"m/chunk{i}", f"p{i}", size)
+        # The temp names of the publishes never show up anywhere.
+        for k in (1, 2, 3):
+            self.assertEqual(sorted(os.listdir(c.path(k, "m"))),
+                             sorted(f"chunk{i}" for i in range(len(SIZES))), f"node {k}")
+        # A new version published on node 2 replaces the old one on every node.
+        c.publish(2, "m/chunk2", chunk_bytes("p2-v2", 50_000))
+        for k in (1, 3):
+            wait_until(lambda: os.stat(c.path(k, "m/chunk2")).st_size == 50_000, VISIBLE_S,
+                       what=f"new version of m/chunk2 on node {k}")
+            self.assert_content(c, k, "m/chunk2", "p2-v2", 50_000)
+
+    def test_readdir_on_every_node_lists_every_chunk(self):
+        c = self.cluster(n=3, replicas=2)
+        os.makedirs(c.path(1, "model/layer"))
+        for k in (2, 3):
+            c.wait_exists(k, "model/layer", VISIBLE_S)
+        want = set()
+        for k in (1, 2, 3):
+            for i in range(8):
+                name = f"n{k}-{i:02d}"
+                c.publish(k, f"model/layer/{name}", chunk_bytes(name, 4096 * (i + 1)))
+                want.add(name)
+        for k in (1, 2, 3):
+            wait_until(lambda: set(os.listdir(c.path(k, "model/layer"))) == want, VISIBLE_S,
+                       what=f"readdir on node {k} lists all 24 chunks")
+            self.assertEqual(os.listdir(c.path(k, "model")), ["layer"])
+            for name in sorted(want)[::5]:
+                i = int(name[-2:])
+                self.assert_content(c, k, f"model/layer/{name}", name, 4096 * (i + 1))
+
+    def test_rename_and_unlink_seen_everywhere_and_move_no_data(self):
+        c = self.cluster(n=3, replicas=2)
+        os.makedirs(c.path(1, "r/sub"))
+        os.makedirs(c.path(1, "other"))
+        files = {"r/f0": 100_000, "r/f1": 5000, "r/sub/f2": 1 << 20, "r/sub/f3": 7}
+        for rel, size in files.items():
+            c.publish(1, rel, chunk_bytes(rel, size))
+        for k in (2, 3):
+            for rel in files:
+                c.wait_exists(k, rel, VISIBLE_S)
+        keys = {rel: c.location(2, rel)["chunk_key"] for rel in files}
+        before = {k: traffic(c, k) for k in (1, 2, 3)}
+
+        os.rename(c.path(2, "r/f0"), c.path(2, "r/g0"))            # same directory
+        os.rename(c.path(2, "r/f1"), c.path(2, "other/f1"))        # across directories
+        os.rename(c.path(2, "r/sub"), c.path(2, "r/sub2"))         # a whole directory
+        moved = {"r/f0": "r/g0", "r/f1": "other/f1", "r/sub/f2": "r/sub2/f2",
+                 "r/sub/f3": "r/sub2/f3"}
+        for k in (1, 3):
+            for old, new in moved.items():
+                c.wait_exists(k, new, VISIBLE_S)
+                c.wait_gone(k, old, VISIBLE_S)
+            self.assertFalse(os.path.exists(c.path(k, "r/sub")))
+        after = {k: traffic(c, k) for k in (1, 2, 3)}
+        self.assertEqual(after, before, "GET/PUT counters moved during the renames")
+        for old, new in moved.items():
+            self.assertEqual(c.location(3, new)["chunk_key"], keys[old],
+                             f"rename {old} -> {new} changed the chunk")
+        for old, new in moved.items():
+            for k in (1, 2, 3):
+                self.assert_content(c, k, new, old, files[old])
+
+        # unlink on node 3 is seen on nodes 1 and 2 (positive dentries invalidated too)
+        os.unlink(c.path(3, "r/g0"))
+        os.unlink(c.path(3, "r/sub2/f3"))
+        for k in (1, 2):
+            c.wait_gone(k, "r/g0", VISIBLE_S)
+            c.wait_gone(k, "r/sub2/f3", VISIBLE_S)
+            self.assertEqual(sorted(os.listdir(c.path(k, "r/sub2"))), ["f2"])
+            with self.assertRaises(FileNotFoundError):
+                open(c.path(k, "r/g0"), "rb")
+
+    def test_negative_lookup_then_remote_publish_found_within_seconds(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "neg"))
+        c.wait_exists(2, "neg", VISIBLE_S)
+        target = c.path(2, "neg/late")
+        for _ in range(3):  # a cached negative dentry on node 2
+            self.assertFalse(os.path.exists(target))
+        with self.assertRaises(FileNotFoundError):
+            open(target, "rb")
+        c.publish(1, "neg/late", chunk_bytes("late", 200_000))
+        c.wait_exists(2, "neg/late", VISIBLE_S)
+        self.assert_content(c, 2, "neg/late", "late", 200_000)
+
+    # -- failures -----------------------------------------------------------------------------
+    def test_kill9_with_r2_every_chunk_readable_on_survivors(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "k"))
+        files = {}
+        for k in (1, 2, 3):
+            c.wait_exists(k, "k", VISIBLE_S)
+            for i in range(4):
+                rel = f"k/w{k}-{i}"
+                files[rel] = 30_000 * (i + 1) + k
+                c.publish(k, rel, chunk_bytes(rel, files[rel]))
+        for k in (1, 3):
+            for rel in files:
+                c.wait_exists(k, rel, VISIBLE_S)
+        for rel in files:
+            loc = c.location(1, rel)
+            self.assertGreaterEqual(len(loc["replicas"]), 2, f"{rel}: {loc}")
+        on_node2 = [rel for rel in files if 2 in c.location(1, rel)["replicas"]]
+        self.assertTrue(on_node2, "no chunk has a copy on node 2: the kill would test nothing")
+
+        c.kill9(2)
+        for k in (1, 3):
+            for rel, size in files.items():
+                self.assert_read_ok_bounded(c, k, rel, rel, size)
+
+        # kvfsctl nodes on a survivor: node 2 down, exit 1; where names node 2 as a down holder
+        c.wait_state(1, 2, "down", DOWN_S)
+        r = c.kvfsctl("nodes", c.path(1))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[2:]}
+        self.assertEqual(set(rows), {"1", "2", "3"}, r.stdout)
+        self.assertIn("down", rows["2"])
+        self.assertIn("self", rows["1"])
+        self.assertIn("up", rows["3"])
+        self.assertIn(c.node(3).address, rows["3"])
+        r = c.kvfsctl("where", c.path(1, on_node2[0]), "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        loc = json.loads(r.stdout)["where"][0]["location"]
+        holders = {h["id"]: h["state"] for h in loc["holders"]}
+        self.assertEqual(holders.get(2), "down", loc)
+        self.assertTrue({"self", "up"} & set(holders.values()), loc)
+
+    def test_r1_holders_killed_read_fails_fast_never_hangs(self):
+        c = self.cluster(n=3, replicas=1)
+        os.mkdir(c.path(1, "one"))
+        files = {f"one/f{i}": 40_000 + i for i in range(8)}
+        for rel, size in files.items():
+            c.publish(1, rel, chunk_bytes(rel, size))
+        for rel in files:
+            c.wait_exists(3, rel, VISIBLE_S)
+        remote = [rel for rel in files if 3 not in c.location(3, rel)["replicas"]]
+        local = [rel for rel in files if rel not in remote]
+        self.assertTrue(remote, "every chunk landed on node 3: nothing to test")
+
+        c.kill9(1)
+        c.kill9(2)
+        for rel in remote:
+            r = c.read_in_subprocess(3, rel, timeout=READ_BOUND_S + 20)
+            self.assertFalse(r["timed_out"], f"read of {rel} with its holders dead hung")
+            self.assertFalse(r["ok"], f"read of {rel} succeeded with every holder dead")
+            self.assertIn(r["errno"], (errno.ENOENT, errno.EIO), r)
+            self.assertLess(r["seconds"], READ_BOUND_S, f"read of {rel} took {r['seconds']:.1f} s")
+        for rel in local:
+            self.assert_read_ok_bounded(c, 3, rel, rel, files[rel])
+
+    def test_r1_holder_frozen_read_times_out_never_hangs(self):
+        # SIGSTOP: the node's sockets still accept, but nothing answers (a hung peer).
+        c = self.cluster(n=3, replicas=1)
+        os.mkdir(c.path(1, "fz"))
+        files = {f"fz/f{i}": 20_000 + i for i in range(8)}
+        for rel, size in files.items():
+            c.publish(1, rel, chunk_bytes(rel, size))
+        for rel in files:
+            c.wait_exists(3, rel, VISIBLE_S)
+        # With node 2 dead, the chunks that have no copy on node 3 are left only on node 1
+        # (the writer keeps a copy of everything it publishes).
+        only_on_1 = [rel for rel in files if 3 not in c.location(3, rel)["replicas"]]
+        c.kill9(2)
+        pid = c.node(1).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            checked = 0
+            for rel in only_on_1:
+                r = c.read_in_subprocess(3, rel, timeout=READ_BOUND_S + 20)
+                self.assertFalse(r["timed_out"], f"read of {rel} from a frozen holder hung")
+                if r["ok"]:
+                    self.fail(f"read of {rel} succeeded with node 1 frozen and node 2 dead")
+                self.assertIn(r["errno"], (errno.ENOENT, errno.EIO), r)
+                self.assertLess(r["seconds"], READ_BOUND_S, f"{rel}: {r['seconds']:.1f} s")
+                checked += 1
+            self.assertGreater(checked, 0, "no chunk held by node 1 alone")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def test_killed_node_restarts_and_rejoins(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(3, "j"))
+        c.wait_exists(1, "j", VISIBLE_S)
+        # Node 3's own chunks: publish until two of them have no copy on node 1, so that
+        # node 1 can only read them from node 3 once node 2 is gone.
+        own = {}
+        only_23 = []
+        for i in range(40):
+            rel = f"j/own{i}"
+            own[rel] = 50_000 + i
+            c.publish(3, rel, chunk_bytes(rel, own[rel]))
+            if 1 not in c.location(3, rel)["replicas"]:
+                only_23.append(rel)
+            if len(only_23) >= 2 and i >= 3:
+                break
+        self.assertGreaterEqual(len(only_23), 2, "placement never skipped node 1")
+        for rel in own:
+            c.wait_exists(1, rel, VISIBLE_S)
+
+        c.kill9(3)
+        c.wait_state(1, 3, "down", DOWN_S)
+        r = c.kvfsctl("nodes", c.path(1), "--json")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertEqual({n["id"]: n["state"] for n in json.loads(r.stdout)["nodes"]},
+                         {1: "self", 2: "up", 3: "down"})
+        # While node 3 is down: new chunks, and one of node 3's chunks unlinked.
+        late = {f"j/late{i}": 60_000 + i for i in range(4)}
+        for rel, size in late.items():
+            c.publish(1, rel, chunk_bytes(rel, size))
+        gone = sorted(own)[0] if sorted(own)[0] not in only_23 else sorted(own)[1]
+        os.unlink(c.path(1, gone))
+
+        c.restart(3)
+        for rel in late:
+            c.wait_exists(3, rel, 10.0)
+        c.wait_gone(3, gone, 10.0)
+        for rel, size in late.items():
+            self.assert_read_ok_bounded(c, 3, rel, rel, size)
+        for rel, size in own.items():
+            if rel != gone:
+                self.assert_read_ok_bounded(c, 3, rel, rel, size)
+        c.wait_state(1, 3, "up", DOWN_S)
+
+        # Node 3 serves its own chunks: with node 2 gone, node 1 reads them from node 3.
+        served_before = self_entry(c, 3)["gets_served"]
+        c.kill9(2)
+        for rel in only_23:
+            self.assert_read_ok_bounded(c, 1, rel, rel, own[rel])
+        self.assertGreater(self_entry(c, 3)["gets_served"], served_before,
+                           "node 3 served no GET for its own chunks")
+
+    def test_wrong_secret_node_is_refused(self):
+        c = self.cluster(n=3, replicas=2, secrets={3: b"not the cluster's secret"},
+                         start_nodes=[1, 2])
+        os.mkdir(c.path(1, "s"))
+        for i in range(3):
+            c.publish(1, f"s/f{i}", chunk_bytes(f"s{i}", 10_000))
+        c.wait_exists(2, "s/f2", VISIBLE_S)
+        try:
+            c.start_node(3)
+            mounted = True
+        except Exception as e:  # refusing to start at all is also a refusal
+            mounted = False
+            self.assertRegex(c.log(3), r"(?i)auth|secret|refused|handshake", str(e))
+        wait_until(lambda: re.search(r"handshake refused", c.log(1) + c.log(2)), 15.0,
+                   what="a good node logs the refused handshake")
+        for k in (1, 2):
+            c.wait_state(k, 3, "down", DOWN_S)
+        if mounted:
+            self.assertFalse(os.path.exists(c.path(3, "s")), "node 3 sees the cluster's files")
+            self.assertNotIn("s", os.listdir(c.path(3)))
+            # what node 3 publishes does not reach the cluster either
+            c.publish(3, "intruder", b"x" * 100)
+        # Node 3 keeps trying (pings, pulls); for a while, it is never let in.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            for k in (1, 2):
+                self.assertNotEqual(c.node_states(k)[3], "up", f"node {k} lets node 3 in")
+            time.sleep(0.1)
+        for k in (1, 2):
+            self.assertFalse(os.path.exists(c.path(k, "intruder")))
+            self.assertEqual(sorted(os.listdir(c.path(k, "s"))), ["f0", "f1", "f2"])
+
+
+if __name__ == "__main__":
+    unittest.main()
