@@ -571,8 +571,7 @@ std::unique_ptr<ChunkReader> LocalEngineImpl::NewReader(LayoutRef layout) {
   // window stays at 12 MiB per sequentially read file.
   constexpr uint32_t kReadAheadDepth = 8;
   if (!layout || !ctx_->space().Owns(layout)) return nullptr;
-  return std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_,
-                                            kReadAheadDepth);
+  return std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_, kReadAheadDepth);
 }
 
 Status LocalEngineImpl::Verify(const LayoutRef& layout) {

@@ -40,8 +40,8 @@ class MountReadPathTest : public MountTest {
     std::string out(len, '\0');
     size_t got = 0;
     while (got < len) {
-      ssize_t n = pread(fd, out.data() + got, std::min(chunk, len - got),
-                        static_cast<off_t>(off + got));
+      ssize_t n =
+          pread(fd, out.data() + got, std::min(chunk, len - got), static_cast<off_t>(off + got));
       if (n <= 0) break;
       got += static_cast<size_t>(n);
     }
