@@ -107,17 +107,19 @@ Result<Measure> WriteFiles(const Workload& w, bool datasync) {
   return r;
 }
 
-Result<Measure> ReadFiles(const Workload& w) {
+Result<Measure> ReadFiles(const Workload& w, bool direct) {
   auto r = Timed(w.files, w.threads, [&](int, int first, int last) -> Status {
     auto buf = Buffer(w.file_size + 4096);
     auto expect = Buffer(kIo);
     for (int i = first; i < last; ++i) {
       std::string path = w.dir + "/" + FileName(i);
-      int fd = ::open(path.c_str(), O_RDONLY);
+      int fd = ::open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
       if (fd < 0) return Errno("open", path);
       uint64_t got = 0;
       while (got < w.file_size) {
-        ssize_t n = ::read(fd, buf.get() + got, w.file_size - got);
+        const uint64_t want =
+            direct ? std::min<uint64_t>(kIo, w.file_size - got) : w.file_size - got;
+        ssize_t n = ::read(fd, buf.get() + got, want);
         if (n < 0) {
           ::close(fd);
           return Errno("read", path);

@@ -29,7 +29,8 @@ struct Workload {
 // connectors do.
 Result<Measure> WriteFiles(const Workload& w, bool datasync);
 // Reads every file whole (buffer of the file size, as connectors do) and checks its bytes.
-Result<Measure> ReadFiles(const Workload& w);
+// `direct`: O_DIRECT reads of 1 MiB instead (through kvfs every one is served by the daemon).
+Result<Measure> ReadFiles(const Workload& w, bool direct = false);
 // stat() of every existing file, `rounds` times.
 Result<Measure> LookupHits(const Workload& w, int rounds);
 // stat() of `count` distinct names that do not exist.

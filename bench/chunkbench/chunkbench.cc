@@ -167,6 +167,9 @@ int main(int argc, char** argv) {
       Compare(
           ctx, "cold read", size, threads, [&](bool k) { return kvfs::bench::ReadFiles(w(k)); },
           [](bool) { kvfs::bench::DropCaches(); });
+      // O_DIRECT 1 MiB reads: through kvfs every READ is served by the daemon.
+      Compare(ctx, "direct read", size, threads,
+              [&](bool k) { return kvfs::bench::ReadFiles(w(k), true); });
       // Each side is read once untimed right before its timed pass: the cold-read row dropped
       // the caches before the native side ran, so without this kvfs's "hot" pass was cold.
       Compare(
