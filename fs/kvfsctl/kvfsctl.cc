@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
                    "token ids: whitespace-separated integers or a JSON array (- for stdin)")
       ->required();
   hash->add_option("--chunk-tokens", hash_opts.chunk_tokens, "tokens per chunk (default 256)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1LL, 1000000000LL));
   hash->add_option("--prefix", hash_opts.prefix, "directory to prepend to each name");
   hash->add_option("--seed", hash_opts.seed, "string hashed into the first link (default kvfs)");
   hash->add_flag("--no-partial", hash_no_partial,
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   top->add_option("--interval", top_opts.interval_s, "seconds between updates (default 1)")
       ->check(CLI::Range(0.05, 86400.0));
   top->add_option("--count", top_opts.count, "stop after N updates (default: until Ctrl-C)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0LL, 1000000000LL));
   top->add_flag("--json", top_opts.json, "one JSON object per update");
   try {
     app.parse(argc, argv);
