@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <system_error>
 #include <thread>
 
@@ -219,57 +220,57 @@ Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span
                            " bytes exceeds one frame; split the range");
   }
   const Deadline deadline = DeadlineFor(call);
-  const size_t ways = SplitWays(req.length);
-  if (ways <= 1) return GetRange(req, out, deadline);
-  return GetSplit(req, out, ways, deadline);
+  const uint64_t piece = options_.get_piece_bytes;
+  if (piece == 0 || req.length <= piece) return GetRange(req, out, deadline);
+  return GetPieces(req, out, piece, deadline);
 }
 
-size_t TcpPeerClient::SplitWays(uint64_t length) const {
-  const uint64_t min_range = options_.get_split_min_bytes;
-  if (min_range == 0 || length < 2 * min_range) return 1;
+size_t TcpPeerClient::IdleCapacity() const {
   std::lock_guard lock(mu_);
-  // Only connections nobody is using: concurrent callers already keep the pool busy, and a
-  // range that waits for a connection would only queue behind them.
   const size_t busy = open_ - idle_.size();
-  const size_t free = max_connections_ > busy ? max_connections_ - busy : 0;
-  return static_cast<size_t>(std::min<uint64_t>(free, length / min_range));
+  return max_connections_ > busy ? max_connections_ - busy : 0;
 }
 
-Result<wire::GetReply> TcpPeerClient::GetSplit(const wire::GetRequest& req, std::span<uint8_t> out,
-                                               size_t ways, Deadline deadline) {
-  // Equal ranges, page-aligned cuts. Each range is a complete GET with its own data CRC, on its
-  // own connection: the server serves them on different workers, so one range's engine read and
-  // checksum overlap another's transfer instead of running before it.
-  const uint64_t step = (req.length / ways + 4095) / 4096 * 4096;
-  std::vector<wire::GetRequest> ranges;
-  for (uint64_t off = 0; off < req.length; off += step) {
-    wire::GetRequest r = req;
-    r.offset = req.offset + off;
-    r.length = std::min(step, req.length - off);
-    ranges.push_back(std::move(r));
-  }
-  std::vector<Result<wire::GetReply>> replies(ranges.size(), Status::IoError("range not fetched"));
-  auto fetch = [&](size_t i) {
-    replies[i] =
-        GetRange(ranges[i], out.subspan(ranges[i].offset - req.offset, ranges[i].length), deadline);
+Result<wire::GetReply> TcpPeerClient::GetPieces(const wire::GetRequest& req, std::span<uint8_t> out,
+                                                uint64_t piece, Deadline deadline) {
+  // Why pieces: the serving node handles a request in passes (engine read into its buffer,
+  // checksum, send) and so does the receiver (receive, checksum). A piece of a few MiB stays in
+  // cache from one pass to the next, where a 32 MiB answer goes through memory on every pass;
+  // and with two pieces in flight on two connections, one's engine read overlaps the other's
+  // transfer. Only connections nobody uses take part: concurrent callers already keep the pool
+  // busy, and a piece waiting for a connection would only queue behind them.
+  const size_t count = static_cast<size_t>((req.length + piece - 1) / piece);
+  const size_t ways = std::max<size_t>(
+      1, std::min({IdleCapacity(), count, std::max<size_t>(1, options_.get_parallel_pieces)}));
+  std::vector<Result<wire::GetReply>> replies(count, Status::IoError("piece not fetched"));
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (size_t i = next++; i < count && !failed.load(); i = next++) {
+      wire::GetRequest r = req;
+      r.offset = req.offset + i * piece;
+      r.length = std::min<uint64_t>(piece, req.length - i * piece);
+      replies[i] = GetRange(r, out.subspan(i * piece, r.length), deadline);
+      if (!replies[i].ok()) failed = true;
+    }
   };
   std::vector<std::thread> helpers;
-  for (size_t i = 1; i < ranges.size(); ++i) {
+  for (size_t w = 1; w < ways; ++w) {
     try {
-      helpers.emplace_back(fetch, i);
+      helpers.emplace_back(worker);
     } catch (const std::system_error&) {
-      fetch(i);  // no thread to be had: fetch it here, in turn
+      break;  // no thread to be had: the pieces are fetched by the threads there are
     }
   }
-  fetch(0);
+  worker();
   for (auto& h : helpers) h.join();
-  // Combine: one version, and the bytes that exist form a prefix (a range past the end of the
-  // chunk answers 0 bytes). Anything else means the chunk changed between the ranges: read it
+  // Combine: one version, and the bytes that exist form a prefix (a piece past the end of the
+  // chunk answers 0 bytes). Anything else means the chunk changed between the pieces: read it
   // again in one GET, which cannot mix versions.
   wire::GetReply all;
   bool consistent = true;
   bool short_seen = false;
-  for (size_t i = 0; i < replies.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     if (!replies[i].ok()) return replies[i].status();
     const wire::GetReply& r = *replies[i];
     if (i == 0) {
@@ -279,11 +280,11 @@ Result<wire::GetReply> TcpPeerClient::GetSplit(const wire::GetRequest& req, std:
       consistent = false;
     }
     if (short_seen && r.length > 0) consistent = false;
-    if (r.length < ranges[i].length) short_seen = true;
+    if (r.length < std::min<uint64_t>(piece, req.length - i * piece)) short_seen = true;
     all.length += r.length;
   }
   if (!consistent) return GetRange(req, out, deadline);
-  // The ranges' CRCs were each checked on arrival; the combined answer has no single CRC.
+  // The pieces' CRCs were each checked on arrival; the combined answer has no single CRC.
   all.data_crc = 0;
   return all;
 }

@@ -56,10 +56,11 @@ class TcpPeerClient : public PeerClient {
   struct Connection {
     Fd fd;
   };
-  // How many ranges to split a GET of `length` bytes into (1 = do not split).
-  size_t SplitWays(uint64_t length) const;
-  Result<wire::GetReply> GetSplit(const wire::GetRequest& req, std::span<uint8_t> out, size_t ways,
-                                  Deadline deadline);
+  // Connections a call could use right now without waiting (idle or not yet opened).
+  size_t IdleCapacity() const;
+  // A GET longer than one piece: fetched piece by piece over up to IdleCapacity() connections.
+  Result<wire::GetReply> GetPieces(const wire::GetRequest& req, std::span<uint8_t> out,
+                                   uint64_t piece, Deadline deadline);
   Result<wire::GetReply> GetRange(const wire::GetRequest& req, std::span<uint8_t> out,
                                   Deadline deadline);
   Result<std::unique_ptr<Connection>> Acquire(Deadline deadline);

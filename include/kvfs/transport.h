@@ -69,11 +69,13 @@ struct ClientOptions {
   int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
   // CRC32C over GET and PUT data, end to end (kFlagDataCrc): a mismatch is EIO, never bytes.
   bool data_checksums = true;
-  // A GET of at least twice this many bytes is split into ranges of at least this size, fetched
-  // in parallel over the pool's idle connections (each range a complete GET with its own CRC),
-  // so the peer's reading and checksumming of one range overlaps the transfer of another.
-  // 0 = never split.
-  uint64_t get_split_min_bytes = 4u << 20;
+  // A GET longer than this is fetched as pieces of this size, each a whole GET with its own
+  // CRC: a piece that fits in cache passes through the serving node's engine read, checksum and
+  // send (and the receiver's checksum) without a trip to memory between. 0 = one GET per call.
+  uint64_t get_piece_bytes = 2u << 20;
+  // The most connections one GET's pieces use at once (only idle ones are taken; more than one
+  // costs a helper thread per call and measured no faster on loopback, see docs/transport.md).
+  size_t get_parallel_pieces = 1;
   // RDMA only: the peer's rdma_cm port (0 = its TCP port; rdma_cm ports are their own space on
   // InfiniBand/RoCE) and the most client memory kept registered for READ targets.
   uint16_t rdma_port = 0;

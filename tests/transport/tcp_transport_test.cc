@@ -130,34 +130,47 @@ TEST_F(TcpTransportTest, PutAndGetMultiMiBByteExact) {
   EXPECT_EQ(0, std::memcmp(part.data(), data.data() + data.size() - 100, 100));
 }
 
-TEST_F(TcpTransportTest, LargeGetIsSplitIntoParallelRangesByteExact) {
+TEST_F(TcpTransportTest, LargeGetIsFetchedAsParallelPiecesByteExact) {
   StartServer();
   ClientOptions opts;
   opts.connections = 4;
-  opts.get_split_min_bytes = 1u << 20;
+  opts.get_piece_bytes = 2u << 20;
+  opts.get_parallel_pieces = 4;
   auto c = Client(opts);
   const std::vector<uint8_t> data = RandomBytes((6u << 20) + 123, 5);
   auto put = c->Put({"/split", 0644, 0, {}, 0, 0}, data);
   ASSERT_TRUE(put.ok());
-  // Four ranges of 2 MiB: the handler holds them until three are in flight at once, so this
-  // passes only if the ranges really travel in parallel.
+  // Four pieces of 2 MiB: the handler holds them until three are in flight at once, so this
+  // passes only if the pieces really travel in parallel.
   handler_.RequireConcurrency(3);
   std::vector<uint8_t> out(8u << 20);
   auto r = c->Get({"/split", 0, out.size(), 0}, out);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GE(handler_.max_concurrent(), 3);
-  EXPECT_EQ(r->length, data.size());  // the last range came back short
+  EXPECT_EQ(r->length, data.size());  // the last piece came back short
   EXPECT_EQ(r->object_size, data.size());
   EXPECT_EQ(r->version, put->version);
   EXPECT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
-  // Ranges wholly past the end answer nothing; the bytes that exist still come back.
+  // Pieces wholly past the end answer nothing; the bytes that exist still come back.
   r = c->Get({"/split", 5u << 20, out.size(), 0}, out);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->length, data.size() - (5u << 20));
   EXPECT_EQ(0, std::memcmp(out.data(), data.data() + (5u << 20), r->length));
-  // Every range carries the version: a stale one fails as a whole.
+  // Every piece carries the version: a stale one fails as a whole.
   EXPECT_EQ(c->Get({"/split", 0, out.size(), put->version + 1}, out).status().err(), ESTALE);
   EXPECT_LE(static_cast<TcpPeerClient*>(c.get())->open_connections(), 4u);
+
+  // One connection: the same pieces, one after the other, at an odd offset and length.
+  opts.connections = 1;
+  opts.get_parallel_pieces = 1;
+  opts.get_piece_bytes = 1u << 20;
+  auto one = Client(opts);
+  std::fill(out.begin(), out.end(), 0);
+  r = one->Get({"/split", 12345, (3u << 20) + 7, 0}, out);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->length, (3u << 20) + 7);
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data() + 12345, r->length));
+  EXPECT_EQ(static_cast<TcpPeerClient*>(one.get())->open_connections(), 1u);
 }
 
 TEST_F(TcpTransportTest, RemoteErrnoComesBackAndConnectionIsReused) {

@@ -2,7 +2,7 @@
 // from one connection (or THREADS connections in parallel), then LOOKUP round trips. Not a test;
 // prints MiB/s and ops/s.
 //   kvfs_transport_bench [size_mib=32] [count=64] [threads=1] [sockbuf_bytes=8M; 0 = autotune]
-//   [crc=1] [handler_copy=1] [split_mib=4; 0 = one GET per request, never split into ranges]
+//   [crc=1] [handler_copy=1] [piece_kib=2048; 0 = one GET per request, never split into pieces]
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   const int sockbuf = argc > 4 ? std::atoi(argv[4]) : 8 << 20;
   const bool crc = argc > 5 ? std::atoi(argv[5]) != 0 : true;
   const bool copy = argc > 6 ? std::atoi(argv[6]) != 0 : true;
-  const uint64_t split_mib = argc > 7 ? std::strtoull(argv[7], nullptr, 10) : 4;
+  const uint64_t piece_kib = argc > 7 ? std::strtoull(argv[7], nullptr, 10) : 2048;
   auto secret = kvfs::SharedSecret::FromBytes("bench-secret-0123456789abcdef").value();
   StaticHandler handler(size, copy);
   kvfs::ServerOptions sopts;
@@ -70,9 +70,9 @@ int main(int argc, char** argv) {
   copts.connections = static_cast<size_t>(threads);
   copts.socket_buffer_bytes = sockbuf;
   copts.data_checksums = crc;
-  copts.get_split_min_bytes = split_mib << 20;
-  // Room for the ranges of a split GET beside the concurrent callers.
-  copts.connections = static_cast<size_t>(threads) * (split_mib > 0 ? 2 : 1);
+  copts.get_piece_bytes = piece_kib << 10;
+  // Room for a second piece in flight beside each caller.
+  copts.connections = static_cast<size_t>(threads) * (piece_kib > 0 ? 2 : 1);
   copts.request_timeout = std::chrono::seconds(30);
   auto client = kvfs::MakePeerClient({"127.0.0.1", (*server)->port()}, copts).value();
   std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
@@ -93,10 +93,10 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mib = static_cast<double>(size) * count / (1 << 20);
   std::printf(
-      "GET %zu MiB x %d, %d thread(s), sockbuf %d, crc %d, copy %d, split %llu MiB: %.0f MiB/s "
+      "GET %zu MiB x %d, %d thread(s), sockbuf %d, crc %d, copy %d, piece %llu KiB: %.0f MiB/s "
       "(%.2f Gbit/s), %d errors\n",
       size >> 20, count, threads, sockbuf, crc ? 1 : 0, copy ? 1 : 0,
-      static_cast<unsigned long long>(split_mib), mib / secs, mib * 8 * 1.048576 / 1000 / secs,
+      static_cast<unsigned long long>(piece_kib), mib / secs, mib * 8 * 1.048576 / 1000 / secs,
       errors.load());
   // Small-request round trips (the cluster's existence checks): one thread, one connection.
   const int lookups = 20000;
