@@ -1,5 +1,6 @@
 #include "iperf3_baseline.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -27,8 +28,8 @@ kvfs::Result<IperfResult> RunIperf3(double seconds, const std::string& work_dir)
   }
   ChildProcess client;
   const std::string out = work_dir + "/iperf3-client.json";
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.1f", seconds);
+  // iperf3 takes whole seconds (and 0 would mean its default of 10).
+  const std::string secs = std::to_string(std::max(1, static_cast<int>(seconds + 0.5)));
   KVFS_RETURN_IF_ERROR(
       client.Start({"iperf3", "-c", "127.0.0.1", "-p", port_s, "-J", "-t", secs, "-P", "1"}, out));
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000) + 15000);

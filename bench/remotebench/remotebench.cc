@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   CLI::App app{"remotebench: remote chunk GET over loopback TCP vs iperf3 and Redis"};
   std::vector<size_t> sizes_mib{2, 8, 32};
   std::vector<size_t> thread_counts{1, 4};
-  uint64_t total_mib = 2048;
+  uint64_t total_mib = 1024;
   size_t repeat = 3;
   double iperf_seconds = 2;
   std::string dir = DefaultDir();
@@ -138,15 +138,15 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where the engines' device files and redis's dir go")
       ->capture_default_str();
   app.add_option("--json", json_path, "write the rows as JSON to this file");
-  app.add_flag("--quick", quick, "small run (smoke test): 128 MiB per cell, one repeat");
+  app.add_flag("--quick", quick, "small run: 128 MiB per cell, 64 MiB of objects, one repeat, 1 s iperf3");
   app.add_flag("--no-redis", no_redis, "skip the Redis baseline");
   app.add_flag("--no-iperf", no_iperf, "skip the iperf3 baseline");
   CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    total_mib = 128;
-    set_mib = 64;
-    repeat = 1;
-    iperf_seconds = 1;
+  if (quick) {  // smaller defaults; options given explicitly still win
+    if (app.count("--bytes") == 0) total_mib = 128;
+    if (app.count("--set") == 0) set_mib = 64;
+    if (app.count("--repeat") == 0) repeat = 1;
+    if (app.count("--iperf-seconds") == 0) iperf_seconds = 1;
   }
   repeat = std::max<size_t>(1, repeat);
 
