@@ -1,6 +1,7 @@
-// kvfsctl: looks at a running kvfs mount through its control surface (.kvfs/status and the
-// user.kvfs.stat xattr). Exit status: 0 ok, 2 usage errors and paths not on a kvfs mount,
-// 1 any other failure.
+// kvfsctl: looks at and steers a running kvfs mount through its control surface (.kvfs/status,
+// .kvfs/stats and the user.kvfs.* xattrs); `hash` needs no mount. One file per command under
+// fs/kvfsctl/; exit codes and the shared helpers are in kvfsctl.h (0 ok, 1 failure or missing
+// path, 2 usage errors and paths not on a kvfs mount).
 #include "kvfsctl.h"
 
 #include <sys/xattr.h>
