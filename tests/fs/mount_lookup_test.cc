@@ -22,10 +22,10 @@ int StatErrno(const std::string& path) {
 
 uint64_t DaemonCounter(const std::string& stats, const std::string& key) {
   std::istringstream in(stats);
-  std::string k;
-  uint64_t v = 0;
-  while (in >> k >> v)
-    if (k == key) return v;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + " ", 0) == 0) return std::stoull(line.substr(key.size() + 1));
+  }
   return ~0ull;
 }
 
