@@ -261,6 +261,27 @@ TEST_F(ClusterMountTest, ANodeRestartedAloneKeepsItsNames) {
   EXPECT_TRUE(Exists(M(1, "d/kept")));
 }
 
+TEST_F(ClusterMountTest, EvictingOneCopyKeepsTheNameWhileAnotherNodeHoldsIt) {
+  Start(0);
+  Start(1);
+  const std::string data = Random(2 << 20, 11);
+  WriteAll(M(0, "hot"), data);
+  ASSERT_TRUE(WaitFor([&] { return Exists(M(1, "hot")); }));
+  // Two nodes, two replicas: both hold a copy.
+  auto before = nlohmann::json::parse(Xattr(M(1, "hot"), "user.kvfs.location"));
+  ASSERT_EQ(before["local"], true) << before.dump();
+  // Node 2 drops its copy: the name stays on both nodes and node 2 reads from node 1.
+  ASSERT_EQ(setxattr(M(1, "hot").c_str(), "user.kvfs.evict", "1", 1, 0), 0) << strerror(errno);
+  auto after = nlohmann::json::parse(Xattr(M(1, "hot"), "user.kvfs.location"));
+  EXPECT_EQ(after["local"], false) << after.dump();
+  EXPECT_TRUE(Exists(M(1, "hot")));
+  EXPECT_TRUE(Exists(M(0, "hot")));
+  EXPECT_EQ(ReadAll(M(1, "hot")), data);
+  // Nothing left to evict on node 2.
+  EXPECT_NE(setxattr(M(1, "hot").c_str(), "user.kvfs.evict", "1", 1, 0), 0);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 TEST_F(ClusterMountTest, SingleNodeViews) {
   Daemon& d = nodes_[0];
   std::vector<std::string> argv = {KVFS_BIN, d.mnt, "--data", d.data, "-f", "--capacity", "256M"};
