@@ -81,9 +81,9 @@ class LocalEngineImpl final : public LocalEngine {
   std::vector<ObjectRecord> Records() const override;
   ObjectId NewId() override;
   Status Apply(const MetaBatch& batch) override;
-  Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<uint64_t> Submit(const MetaBatch& batch) override;
   Status AwaitDurable(uint64_t token) override;
+  Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Status Verify(const LayoutRef& layout) override;
   std::unique_ptr<ChunkReader> NewReader(LayoutRef layout) override;
@@ -98,9 +98,9 @@ class LocalEngineImpl final : public LocalEngine {
     uint64_t seq = 0;
     std::string encoded;             // one journal record
     std::vector<LayoutRef> dropped;  // freed once `encoded` is durable
+    IndexUndo undo;                  // takes the batch back out of the index if it never is
   };
 
-    IndexUndo undo;                  // takes the batch back out of the index if it never is
   Status Validate(const MetaBatch& batch) const;
   Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len);
   void DropCorrupt(const LayoutRef& layout, const Status& why);
@@ -131,9 +131,10 @@ class LocalEngineImpl final : public LocalEngine {
   std::vector<PendingCommit> queue_;
   uint64_t last_seq_ = 0, durable_seq_ = 0;
   Status commit_error_;  // sticky: after a failed journal write nothing more is accepted
+  // Set once the failed changes are undone and the listener told: waiters then get EROFS.
+  bool failure_reported_ = false;
   uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
   Status checkpoint_status_;
-  bool failure_reported_ = false;  // the failed changes are undone and the listener told
   bool stop_ = false;
   bool flush_requested_ = false;  // commit now even with durability=async (Reclaim waits)
   std::unique_ptr<EngineEviction> eviction_;  // under mu_
@@ -142,10 +143,10 @@ class LocalEngineImpl final : public LocalEngine {
 
   std::atomic<uint64_t> next_id_{kRootId + 1};
   std::atomic<uint64_t> journal_bytes_{0};
+  std::atomic<uint64_t> journal_commits_{0};
   std::atomic<uint64_t> corrupt_dropped_{0};
   std::shared_ptr<ReadAheadCounters> read_ahead_ = std::make_shared<ReadAheadCounters>();
   std::atomic<StoreListener*> listener_{nullptr};
-  std::atomic<uint64_t> journal_commits_{0};
   std::unique_ptr<Journal> journal_;  // the committer's, after Start
   std::thread committer_;
 };
@@ -205,10 +206,10 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   ctx_->SetReclaimer([this] { return Reclaim(); });
   KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(options_.data_dir, state.journal_number,
                                                          state.journal_valid_bytes));
+  journal_->set_fault_injector(options_.fault_injector.get());
   KVFS_RETURN_IF_ERROR(SyncDirectory(options_.data_dir));
   journal_bytes_ = journal_->size();
   spdlog::info("engine: opened {} ({} devices, {} objects, {} journal records replayed{}{})",
-  journal_->set_fault_injector(options_.fault_injector.get());
                options_.data_dir, ctx_->devices().size(), index_.objects(), state.replayed_records,
                state.truncated ? ", torn tail cut" : "",
                dropped_records ? ", some records dropped" : "");
@@ -275,9 +276,6 @@ uint64_t LocalEngineImpl::Enqueue(std::string encoded, std::vector<LayoutRef> dr
 }
 
 Status LocalEngineImpl::Apply(const MetaBatch& batch) {
-  KVFS_RETURN_IF_ERROR(Validate(batch));
-  std::string encoded;
-  Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
   KVFS_ASSIGN_OR_RETURN(uint64_t seq, Submit(batch));
   return AwaitDurable(seq);
 }
@@ -298,6 +296,9 @@ Status LocalEngineImpl::ReadOnlyError() const {
 }
 
 Result<uint64_t> LocalEngineImpl::Submit(const MetaBatch& batch) {
+  KVFS_RETURN_IF_ERROR(Validate(batch));
+  std::string encoded;
+  Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
   if (encoded.size() > Journal::kMaxRecord) return Status::Invalid("batch too large");
   uint64_t published = 0, max_id = 0;
   for (const ObjectRecord& rec : batch.puts) {
@@ -312,10 +313,10 @@ Result<uint64_t> LocalEngineImpl::Submit(const MetaBatch& batch) {
   if (!commit_error_.ok()) return ReadOnlyError();
   if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
   std::vector<LayoutRef> dropped;
+  IndexUndo undo = IndexUndo::Capture(index_, batch);
   index_.Apply(batch, &dropped);
   eviction_->OnApply(batch);
   const uint64_t seq = Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
-  IndexUndo undo = IndexUndo::Capture(index_, batch);
   ctx_->counters().writes.fetch_add(published);
   std::vector<ObjectId> victims;
   if (published > 0) {
@@ -334,10 +335,10 @@ uint64_t LocalEngineImpl::RemoveEvicted(const std::vector<ObjectId>& victims) {
   std::string encoded;
   Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
   std::vector<LayoutRef> dropped;
+  IndexUndo undo = IndexUndo::Capture(index_, batch);
   index_.Apply(batch, &dropped);
   ctx_->counters().evictions.fetch_add(victims.size());
   return Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
-  IndexUndo undo = IndexUndo::Capture(index_, batch);
 }
 
 void LocalEngineImpl::NotifyEvicted(const std::vector<ObjectId>& victims) {
@@ -455,10 +456,10 @@ void LocalEngineImpl::CommitLoop() {
                     st.ToString());
     }
 
+    std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> rolled_back;
     lock.lock();
     if (st.ok() && !failed_before) {
       durable_seq_ = std::max(durable_seq_, max_seq);
-    std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> rolled_back;
     } else {
       if (commit_error_.ok()) commit_error_ = st;
       rolled_back = RollBack(&batch);
@@ -485,9 +486,6 @@ void LocalEngineImpl::CommitLoop() {
   }
 }
 
-Status LocalEngineImpl::CommitRecords(const std::vector<PendingCommit>& batch) {
-  // Data before metadata: the devices written since the last commit are synced first, so a
-  // durable record never names extents whose data could still be lost.
 std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> LocalEngineImpl::RollBack(
     std::vector<PendingCommit>* failed) {
   // Everything queued after the failed group was applied on top of it: undo newest first.
@@ -505,16 +503,19 @@ std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> LocalEngineImpl::R
   return changed;
 }
 
+Status LocalEngineImpl::CommitRecords(const std::vector<PendingCommit>& batch) {
+  // Data before metadata: the devices written since the last commit are synced first, so a
+  // durable record never names extents whose data could still be lost.
   for (uint16_t d : ctx_->TakeDirtyDevices()) {
     KVFS_RETURN_IF_ERROR(ctx_->devices()[d]->DataSync());
   }
   std::string all;
   for (const auto& p : batch) all += p.encoded;
   if (all.empty()) return Status::Ok();
+  journal_commits_.fetch_add(1);
   Status st = journal_->AppendDurable(all);
   journal_bytes_ = journal_->size();
   return st;
-  journal_commits_.fetch_add(1);
 }
 
 Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records,
@@ -524,10 +525,10 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(dir, old_number + 1));
   KVFS_RETURN_IF_ERROR(SyncDirectory(dir));
   journal_ = std::move(next);
+  journal_->set_fault_injector(options_.fault_injector.get());
   journal_bytes_ = journal_->size();
   // If this fails, the old checkpoint plus every journal from it still describe the state.
   KVFS_RETURN_IF_ERROR(Checkpoint::Write(dir, old_number + 1, next_id, records));
-  journal_->set_fault_injector(options_.fault_injector.get());
   KVFS_ASSIGN_OR_RETURN(std::vector<uint64_t> journals, Journal::List(dir));
   for (uint64_t n : journals) {
     if (n <= old_number) ::unlink((dir + "/" + Journal::FileName(n)).c_str());
@@ -599,6 +600,7 @@ void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
       std::string encoded;
       Journal::EncodeRecord(RecordType::kBatch, RecordCodec::EncodeBatch(batch), &encoded);
       std::vector<LayoutRef> dropped;
+      IndexUndo undo = IndexUndo::Capture(index_, batch);
       index_.Apply(batch, &dropped);
       // Not waited for: a crash before the commit only means the next read finds it again.
       Enqueue(std::move(encoded), std::move(dropped), std::move(undo));
@@ -611,7 +613,6 @@ void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
   if (StoreListener* l = listener_.load()) l->OnDropped(id);
 }
 
-      IndexUndo undo = IndexUndo::Capture(index_, batch);
 Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t offset, void* out,
                                             size_t len) {
   if (!layout || offset >= layout->size || len == 0) return size_t{0};
@@ -662,6 +663,7 @@ StoreStats LocalEngineImpl::Stats() const {
   s.high_watermark = eviction_->high_watermark();
   s.low_watermark = eviction_->low_watermark();
   s.journal_bytes = journal_bytes_.load();
+  s.journal_commits = journal_commits_.load();
   s.segment_size = options_.segment_size;
   for (const auto& d : ctx_->devices()) s.devices.push_back(d->path());
   return s;
@@ -677,7 +679,6 @@ Result<std::unique_ptr<LocalEngine>> LocalEngine::Open(const EngineOptions& opti
   if (lock_fd < 0) {
     return Status::Error(errno, "cannot open " + lock_path + ": " + std::strerror(errno));
   }
-  s.journal_commits = journal_commits_.load();
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(lock_fd);

@@ -155,12 +155,12 @@ class Namespace {
   // handles close) and never takes a name from under its writer.
   enum class StoreRemoval { kCorrupt, kEvicted };
   void ForgetStoreRemoval(ObjectId id, StoreRemoval why);
-  // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
-  Status SetPinned(uint64_t ino, bool pinned);
   // The store undid a change it had accepted (a journal write failed; namespace_rollback.cc):
   // puts `id` back to its durable `record`, or takes it out of the tree when there is none
   // (null), and tells the kernel. Nothing is journaled. Open handles keep working.
   void RestoreStoreRecord(ObjectId id, const ObjectRecord* record);
+  // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
+  Status SetPinned(uint64_t ino, bool pinned);
   // user.kvfs.parent (namespace_parent.cc): the chunk this file extends, for prefix-aware
   // eviction. `value` is a name in the file's directory or a path from the mount root; ENOENT
   // when nothing is there, empty clears it. Journaled when published.
@@ -205,13 +205,13 @@ class Namespace {
   void LinkChild(Inode* dir, const std::string& name, Inode* child);  // mu_ held
   void UnlinkChild(Inode* dir, const std::string& name);              // mu_ held
   void MaybeDrop(Inode* in);                   // mu_ held: frees an unlinked inode nobody refers to
+  // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
+  // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
+  void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);
   EntryInfo MakeEntry(const Inode* in) const;  // mu_ held
   Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,
                           uint32_t uid, uint32_t gid);  // mu_ held
   Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
-  // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
-  // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
-  void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);
   Status ApplyInOrder(uint64_t ticket, const MetaBatch& batch);
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
   Status PublishLocked(FileHandle* fh);             // session->mu held

@@ -61,11 +61,11 @@ struct StoreStats {
   std::string eviction_policy;   // empty: the store does not evict
   double high_watermark = 0, low_watermark = 0;  // fractions of capacity_bytes
   uint64_t journal_bytes = 0;
+  uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)
   uint64_t segment_size = 0;
   std::vector<std::string> devices;
 };
 
-  uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)
 // Told about records the store removed on its own (not through Apply), so the fs layer can
 // drop the names from its namespace and the kernel's caches. Called without store locks held,
 // from whichever thread noticed; must not call back into the store synchronously with Apply.
@@ -77,14 +77,14 @@ class StoreListener {
   // The bounded cache evicted the record (or Evict() was called); the removal is journaled.
   // Called from the thread whose Apply, write or Evict made room.
   virtual void OnEvicted(ObjectId /*id*/) {}
-};
-
-class ChunkStore {
- public:
   // A journal write failed: the store undid a change it had accepted but never made durable and
   // is read-only from now on. `record` is the durable record of `id` again, or null when the id
   // has no record on disk. Called from the committer thread, oldest state last.
   virtual void OnRolledBack(ObjectId /*id*/, const ObjectRecord* /*record*/) {}
+};
+
+class ChunkStore {
+ public:
   virtual ~ChunkStore() = default;
 
   // The records recovered at open (every journaled object except the root), for building the
@@ -95,10 +95,6 @@ class ChunkStore {
   // Persists a batch atomically. With durability=close it returns once the batch is on stable
   // storage; with durability=async once it is in memory and queued.
   virtual Status Apply(const MetaBatch& batch) = 0;
-
-  // A writer for a new version. `base` (may be null) is the content it starts from: the
-  // published version for an overwrite without O_TRUNC, null for a new or truncated file.
-  virtual Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) = 0;
   // Apply in two steps, for callers that must keep their batches in order but should not wait
   // for one to be durable before submitting the next: Submit applies the batch in memory and
   // queues it behind every batch submitted before (it never waits for the disk) and returns a
@@ -110,6 +106,10 @@ class ChunkStore {
     return uint64_t{0};
   }
   virtual Status AwaitDurable(uint64_t /*token*/) { return Status::Ok(); }
+
+  // A writer for a new version. `base` (may be null) is the content it starts from: the
+  // published version for an overwrite without O_TRUNC, null for a new or truncated file.
+  virtual Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) = 0;
   // Reads published content; every byte returned was checksum-verified. A mismatch gives EIO.
   virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
   // A reader of one published version for one open file (it holds the layout): verified bytes
