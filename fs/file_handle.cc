@@ -76,7 +76,8 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       handle->direct_io = (flags & O_DIRECT) || in->writing;
       handle->keep_cache = !handle->direct_io && in->journaled;
       if (handle->layout) handle->reader = store_->NewReader(handle->layout);
-      TouchAtime(in);
+      handle->noatime = (flags & O_NOATIME) != 0;
+      if (!handle->noatime) TouchAtime(in);
     } else {
       std::shared_ptr<WriteSession> session = in->writing;
       if (!session) {
@@ -122,7 +123,7 @@ Result<size_t> Namespace::Read(FileHandle* fh, uint64_t offset, void* out, size_
   } else if (fh->layout) {
     n = store_->Read(fh->layout, offset, out, len);
   }
-  if (n.ok()) {
+  if (n.ok() && !fh->noatime) {
     std::lock_guard lock(mu_);
     if (Inode* in = Find(fh->ino)) TouchAtime(in);
   }
@@ -133,8 +134,10 @@ Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t le
   if (fh->reader && !fh->session) {
     Result<ReadView> view = fh->reader->Read(offset, len);
     if (view.ok()) {
-      std::lock_guard lock(mu_);
-      if (Inode* in = Find(fh->ino)) TouchAtime(in);
+      if (!fh->noatime) {
+        std::lock_guard lock(mu_);
+        if (Inode* in = Find(fh->ino)) TouchAtime(in);
+      }
       return view;
     }
     // Read owns the error semantics (EIO, dropping a corrupt record): let it read again.

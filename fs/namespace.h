@@ -95,6 +95,9 @@ struct FileHandle {
   // What the kernel is told at open.
   bool direct_io = false;
   bool keep_cache = false;
+  // Opened with O_NOATIME (the kernel checked the caller may): reads leave atime alone, so a
+  // backup or checksum scan does not reorder an atime-based evictor's view.
+  bool noatime = false;
 };
 
 struct EntryInfo {
