@@ -354,8 +354,7 @@ bool LocalEngineImpl::Reclaim() {
   {
     std::unique_lock lock(mu_);
     if (stop_ || !commit_error_.ok()) return false;
-    victims =
-        eviction_->ReclaimVictims(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
+    victims = eviction_->ReclaimVictims(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
     if (victims.empty()) return false;  // everything left is pinned
     const uint64_t seq = RemoveEvicted(victims);
     // The victim's extents are reusable only once the record that freed them is durable.

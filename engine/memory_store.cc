@@ -64,8 +64,7 @@ Result<std::unique_ptr<ChunkWriter>> MemoryStore::NewWriter(LayoutRef base) {
   return std::unique_ptr<ChunkWriter>(std::make_unique<MemoryWriter>(base));
 }
 
-Result<size_t> MemoryStore::Read(const LayoutRef& layout, uint64_t offset, void* out,
-                                 size_t len) {
+Result<size_t> MemoryStore::Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) {
   if (!layout) return size_t{0};
   const auto& data = static_cast<const MemoryLayout&>(*layout).data;
   if (offset >= data.size()) return size_t{0};

@@ -37,8 +37,8 @@ nlohmann::json SingleNodeNodesJson(const StoreStats& stats) {
       {"self", 0},
       {"replicas", 1},
       {"transport", "none"},
-      {"nodes", nlohmann::json::array(
-                    {NodeJson(0, "", "self", stats.capacity_bytes, stats.used_bytes)})}};
+      {"nodes",
+       nlohmann::json::array({NodeJson(0, "", "self", stats.capacity_bytes, stats.used_bytes)})}};
 }
 
 nlohmann::json SingleNodeLocationJson() {
@@ -49,8 +49,7 @@ nlohmann::json SingleNodeLocationJson() {
       {"holders", nlohmann::json::array({{{"id", 0}, {"address", ""}, {"state", "self"}}})}};
 }
 
-Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(const MountOptions& o,
-                                                        ChunkStore* local) {
+Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(const MountOptions& o, ChunkStore* local) {
   const ClusterSettings& c = o.cluster;
   std::unique_ptr<ClusterNode> node(new ClusterNode());
   node->listen_ = c.listen;
@@ -175,8 +174,8 @@ nlohmann::json ClusterNode::NodesJson() {
   nlohmann::json nodes = nlohmann::json::array();
   const StoreStats own = static_cast<const ChunkStore*>(store_.get())->Stats();
   const cluster::ClusterCounters total = store_->counters();
-  nlohmann::json self = NodeJson(store_->self(), listen_, "self", own.capacity_bytes,
-                                 own.used_bytes);
+  nlohmann::json self =
+      NodeJson(store_->self(), listen_, "self", own.capacity_bytes, own.used_bytes);
   self["gets_sent"] = total.gets_sent;
   self["gets_served"] = total.gets_served;
   self["puts_sent"] = total.puts_sent;

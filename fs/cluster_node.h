@@ -25,8 +25,7 @@ namespace kvfs::fs {
 class ClusterNode : public cluster::ClusterListener {
  public:
   // `local` (the LocalEngine) must outlive the node. The namespace snapshot lives in data_dir.
-  static Result<std::unique_ptr<ClusterNode>> Start(const MountOptions& options,
-                                                    ChunkStore* local);
+  static Result<std::unique_ptr<ClusterNode>> Start(const MountOptions& options, ChunkStore* local);
   ~ClusterNode() override;
 
   cluster::ClusterStore* store() { return store_.get(); }
@@ -49,7 +48,7 @@ class ClusterNode : public cluster::ClusterListener {
   enum class Phase { kJoining, kLoading, kLive, kStopped };
   struct Pending {
     bool remove = false;
-    ObjectRecord record;  // puts
+    ObjectRecord record;       // puts
     ObjectId id = kInvalidId;  // removes
   };
   ClusterNode() = default;

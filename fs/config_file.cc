@@ -109,8 +109,9 @@ Status ApplyStorageKey(const Reader& r, const std::string& key, const std::strin
     o.durability = s == "async" ? Durability::kAsync : Durability::kClose;
   } else if (key == "compress") {
     KVFS_ASSIGN_OR_RETURN(std::string s, r.OneOf(shown, v, {"off", "lz4", "auto"}));
-    o.compression = s == "lz4" ? Compression::kLz4 : s == "auto" ? Compression::kAuto
-                                                                 : Compression::kOff;
+    o.compression = s == "lz4"    ? Compression::kLz4
+                    : s == "auto" ? Compression::kAuto
+                                  : Compression::kOff;
   } else if (key == "eviction") {
     KVFS_ASSIGN_OR_RETURN(o.eviction, r.OneOf(shown, v, {"lru", "lfu", "fifo", "prefix"}));
   } else if (key == "high_watermark") {
@@ -118,8 +119,9 @@ Status ApplyStorageKey(const Reader& r, const std::string& key, const std::strin
   } else if (key == "low_watermark") {
     KVFS_ASSIGN_OR_RETURN(o.low_watermark, r.Fraction(shown, v));
   } else if (key == "log_level") {
-    KVFS_ASSIGN_OR_RETURN(o.log_level, r.OneOf(shown, v, {"trace", "debug", "info", "warn",
-                                                           "error", "critical", "off"}));
+    KVFS_ASSIGN_OR_RETURN(
+        o.log_level,
+        r.OneOf(shown, v, {"trace", "debug", "info", "warn", "error", "critical", "off"}));
   } else {
     return r.Fail(shown, "unknown key");
   }
@@ -127,9 +129,9 @@ Status ApplyStorageKey(const Reader& r, const std::string& key, const std::strin
 }
 
 bool IsStorageKey(const std::string& key) {
-  static const std::set<std::string> kKeys = {
-      "data_dir", "capacity",       "devices",       "durability", "compress",
-      "eviction", "high_watermark", "low_watermark", "log_level"};
+  static const std::set<std::string> kKeys = {"data_dir",       "capacity",      "devices",
+                                              "durability",     "compress",      "eviction",
+                                              "high_watermark", "low_watermark", "log_level"};
   return kKeys.count(key) != 0;
 }
 
@@ -235,8 +237,7 @@ Result<HostPort> ParseHostPort(std::string_view text) {
     in_addr a4;
     bool numeric_like = !hp.host.empty() && std::isdigit(static_cast<unsigned char>(hp.host[0])) &&
                         hp.host.find_first_not_of("0123456789.") == std::string::npos;
-    if (numeric_like ? inet_pton(AF_INET, hp.host.c_str(), &a4) != 1
-                     : !PlausibleHostName(hp.host))
+    if (numeric_like ? inet_pton(AF_INET, hp.host.c_str(), &a4) != 1 : !PlausibleHostName(hp.host))
       return Status::Invalid("bad host in address " + shown);
   }
   if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != port.npos)
@@ -304,14 +305,14 @@ Status ValidateClusterSettings(const ClusterSettings& c) {
     std::string addr = p.host.find(':') != std::string::npos
                            ? "[" + p.host + "]:" + std::to_string(p.port)
                            : p.host + ":" + std::to_string(p.port);
-    if (!addresses.insert(addr).second)
-      return Status::Invalid("duplicate node address " + addr);
+    if (!addresses.insert(addr).second) return Status::Invalid("duplicate node address " + addr);
   }
   if (c.replicas < 1 || c.replicas > 64) return Status::Invalid("replicas must be 1..64");
   if (c.request_timeout_ms < 10) return Status::Invalid("request timeout must be >= 10 ms");
   if (c.secret_file.empty())
-    return Status::Invalid("cluster mode needs a shared secret (--secret-file or "
-                           "[cluster] secret_file)");
+    return Status::Invalid(
+        "cluster mode needs a shared secret (--secret-file or "
+        "[cluster] secret_file)");
   if (access(c.secret_file.c_str(), R_OK) != 0)
     return Status::Invalid("secret file " + c.secret_file + ": " + std::strerror(errno));
   auto secret = SharedSecret::FromFile(c.secret_file);
@@ -319,8 +320,9 @@ Status ValidateClusterSettings(const ClusterSettings& c) {
   auto kind = ParseTransportKind(c.transport);
   if (!kind.ok()) return kind.status();
   if (*kind == TransportKind::kRdma && !RdmaDeviceAvailable())
-    return Status::Invalid("transport \"rdma\" but this host has no RDMA device "
-                           "(use \"tcp\", or \"auto\" to fall back to TCP)");
+    return Status::Invalid(
+        "transport \"rdma\" but this host has no RDMA device "
+        "(use \"tcp\", or \"auto\" to fall back to TCP)");
   return Status::Ok();
 }
 

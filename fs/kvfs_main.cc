@@ -133,7 +133,8 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   ChunkStore* fs_store = store->get();
   if (o.cluster.enabled()) {
     auto node = ClusterNode::Start(o, store->get());
-    if (!node.ok()) return reporter.Fail("cannot start the cluster node: " + node.status().ToString());
+    if (!node.ok())
+      return reporter.Fail("cannot start the cluster node: " + node.status().ToString());
     cluster = std::move(*node);
     fs_store = cluster->store();
   }
@@ -156,8 +157,9 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   if (metrics) info.metrics = metrics->address();
   Control control(&ns, fs_store, info);
   if (cluster) {
-    control.SetClusterView({[&cluster] { return cluster->NodesJson(); },
-                            [&cluster, &ns](uint64_t ino) { return cluster->LocationJson(ino, &ns); }});
+    control.SetClusterView(
+        {[&cluster] { return cluster->NodesJson(); },
+         [&cluster, &ns](uint64_t ino) { return cluster->LocationJson(ino, &ns); }});
   }
   FsContext ctx{&ns, &control, fs_store};
 

@@ -26,8 +26,8 @@ struct ClusterSettings {
   uint16_t node_id = 0;  // 1..65535, unique in the cluster (0: not set)
   std::string listen;    // HOST:PORT the peer server binds; empty: none
   std::vector<PeerSpec> peers;
-  uint32_t replicas = 2;        // R: copies placed by rendezvous ranking
-  std::string secret_file;      // the shared secret peers prove (>= 16 bytes)
+  uint32_t replicas = 2;           // R: copies placed by rendezvous ranking
+  std::string secret_file;         // the shared secret peers prove (>= 16 bytes)
   std::string transport = "auto";  // tcp | rdma | auto (RDMA when a device exists, else TCP)
   uint32_t request_timeout_ms = 1000;
   uint32_t ping_interval_ms = 500;

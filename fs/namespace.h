@@ -207,7 +207,7 @@ class Namespace {
   Inode* Child(Inode* dir, std::string_view name);                    // mu_ held
   void LinkChild(Inode* dir, const std::string& name, Inode* child);  // mu_ held
   void UnlinkChild(Inode* dir, const std::string& name);              // mu_ held
-  void MaybeDrop(Inode* in);                   // mu_ held: frees an unlinked inode nobody refers to
+  void MaybeDrop(Inode* in);  // mu_ held: frees an unlinked inode nobody refers to
   // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
   // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
   void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);

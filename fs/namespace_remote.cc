@@ -32,7 +32,9 @@ bool SameContent(const LayoutRef& a, const LayoutRef& b) {
   return false;
 }
 
-bool SameTime(const Timespec64& a, const Timespec64& b) { return a.sec == b.sec && a.nsec == b.nsec; }
+bool SameTime(const Timespec64& a, const Timespec64& b) {
+  return a.sec == b.sec && a.nsec == b.nsec;
+}
 
 bool SameAttrs(const ObjectRecord& a, const ObjectRecord& b) {
   return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.flags == b.flags &&

@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where the engines' device files and redis's dir go")
       ->capture_default_str();
   app.add_option("--json", json_path, "write the rows as JSON to this file");
-  app.add_flag("--quick", quick, "small run: 128 MiB per cell, 64 MiB of objects, one repeat, 1 s iperf3");
+  app.add_flag("--quick", quick,
+               "small run: 128 MiB per cell, 64 MiB of objects, one repeat, 1 s iperf3");
   app.add_flag("--no-redis", no_redis, "skip the Redis baseline");
   app.add_flag("--no-iperf", no_iperf, "skip the iperf3 baseline");
   CLI11_PARSE(app, argc, argv);

@@ -352,8 +352,8 @@ Status ClusterStore::Apply(const MetaBatch& batch) {
       // chmod right after the publish) means that version, not a new one.
       std::lock_guard lock(mu_);
       auto it = ns_.find(rec.id);
-      const ClusterLayout* cl = it != ns_.end() ? AsClusterLayout(it->second.rec.layout.get())
-                                                : nullptr;
+      const ClusterLayout* cl =
+          it != ns_.end() ? AsClusterLayout(it->second.rec.layout.get()) : nullptr;
       if (cl && cl->local == rec.layout) {
         rec.layout = it->second.rec.layout;
         continue;
@@ -500,7 +500,8 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
   // be reached now: EIO.
   {
     std::lock_guard lock(mu_);
-    if (named_by_.count(layout.chunk_key) == 0) return Status::NotFound("chunk " + layout.chunk_key + " is no longer named");
+    if (named_by_.count(layout.chunk_key) == 0)
+      return Status::NotFound("chunk " + layout.chunk_key + " is no longer named");
   }
   return Status::IoError("chunk " + layout.chunk_key + " unreachable: " + last.ToString());
 }

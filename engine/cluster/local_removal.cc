@@ -50,7 +50,8 @@ void ClusterStore::DrainLocalRemovals() {
       const std::string key = k->second;
       key_of_local_.erase(k);
       chunks_.erase(key);  // the local store already removed (and journaled) its record
-      spdlog::info("cluster: local copy of chunk {} {}", key, r.corrupt ? "was corrupt" : "evicted");
+      spdlog::info("cluster: local copy of chunk {} {}", key,
+                   r.corrupt ? "was corrupt" : "evicted");
       auto n = named_by_.find(key);
       if (n == named_by_.end()) continue;
       auto it = ns_.find(n->second);
@@ -62,9 +63,9 @@ void ClusterStore::DrainLocalRemovals() {
       if (elsewhere) {
         auto copy = std::make_shared<ClusterLayout>(*cl);
         copy->local = nullptr;
-        copy->replicas.erase(std::remove(copy->replicas.begin(), copy->replicas.end(),
-                                         options_.self),
-                             copy->replicas.end());
+        copy->replicas.erase(
+            std::remove(copy->replicas.begin(), copy->replicas.end(), options_.self),
+            copy->replicas.end());
         replaced.push_back({it->first, it->second.rec.layout, cl->local, copy});
         it->second.rec.layout = std::move(copy);
         ++ns_version_;

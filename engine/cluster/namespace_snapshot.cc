@@ -68,7 +68,8 @@ Status ClusterStore::LoadSnapshot() {
   const std::string& f = *bytes;
   if (f.size() < kHeaderLen || std::memcmp(f.data(), kMagic, kMagicLen) != 0 ||
       GetU64(f.data() + kMagicLen) != f.size() - kHeaderLen ||
-      GetU64(f.data() + kMagicLen + 8) != XXH3_64bits(f.data() + kHeaderLen, f.size() - kHeaderLen)) {
+      GetU64(f.data() + kMagicLen + 8) !=
+          XXH3_64bits(f.data() + kHeaderLen, f.size() - kHeaderLen)) {
     spdlog::error("cluster: namespace snapshot {} is damaged; starting from the peers' namespace",
                   path);
     return Status::Ok();

@@ -73,10 +73,12 @@ bool IsMountOnly(std::string_view key) {
 // kvfs passes its -o lists to libfuse.
 bool IsFuseOption(std::string_view key, bool has_value) {
   static const std::set<std::string_view> kFlags = {
-      "allow_other", "allow_root", "default_permissions", "auto_unmount", "debug",
-      "ro",          "rw",         "suid",                "nosuid",       "dev",
-      "nodev",       "exec",       "noexec",              "sync",         "async",
-      "dirsync",     "atime",      "noatime",
+      "allow_other",  "allow_root", "default_permissions",
+      "auto_unmount", "debug",      "ro",
+      "rw",           "suid",       "nosuid",
+      "dev",          "nodev",      "exec",
+      "noexec",       "sync",       "async",
+      "dirsync",      "atime",      "noatime",
   };
   static const std::set<std::string_view> kWithValue = {
       "fsname", "context", "fscontext", "defcontext", "rootcontext",
@@ -94,8 +96,8 @@ const char* RefusalReason(std::string_view key) {
     return "mount.fuse3's option; mount.kvfs runs kvfs as the user who mounts";
   if (key == "blkdev" || key == "blksize") return "kvfs is not a fuseblk filesystem";
   if (key == "max_read") return "kvfs sizes its own requests (1 MiB)";
-  if (key == "norelatime" || key == "strictatime" || key == "nostrictatime" ||
-      key == "diratime" || key == "nodiratime")
+  if (key == "norelatime" || key == "strictatime" || key == "nostrictatime" || key == "diratime" ||
+      key == "nodiratime")
     return "libfuse 3.14 does not pass it on (kvfs mounts are relatime; noatime works)";
   return nullptr;
 }
@@ -254,8 +256,8 @@ int main(int argc, char** argv) {
         std::printf("mount.kvfs (kvfs %s)\n", KVFS_VERSION);
         return kExitOk;
       default:
-        std::fprintf(stderr, "mount.kvfs: unknown or incomplete option '%s'\n%s",
-                     argv[optind - 1], kUsage);
+        std::fprintf(stderr, "mount.kvfs: unknown or incomplete option '%s'\n%s", argv[optind - 1],
+                     kUsage);
         return kExitUsage;
     }
   }
@@ -305,9 +307,11 @@ int main(int argc, char** argv) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return kExitOk;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
-    return Fail(kExitUsage, "kvfs refused its command line (a -o key that is neither a FUSE "
-                            "nor a mount(8) option becomes kvfs's --KEY; see mount.kvfs "
-                            "--help): " + shown);
+    return Fail(kExitUsage,
+                "kvfs refused its command line (a -o key that is neither a FUSE "
+                "nor a mount(8) option becomes kvfs's --KEY; see mount.kvfs "
+                "--help): " +
+                    shown);
   if (WIFSIGNALED(status))
     return Fail(kExitMount, "kvfs was killed by signal " + std::to_string(WTERMSIG(status)));
   return Fail(kExitMount, "kvfs could not mount " + inv.mountpoint +

@@ -58,7 +58,7 @@ struct StoreStats {
   // Read-ahead of ChunkReaders: segments found read or in flight when asked for (hits), read
   // on demand (misses), and read ahead but dropped unused.
   uint64_t readahead_hits = 0, readahead_misses = 0, readahead_wasted = 0;
-  std::string eviction_policy;   // empty: the store does not evict
+  std::string eviction_policy;                   // empty: the store does not evict
   double high_watermark = 0, low_watermark = 0;  // fractions of capacity_bytes
   uint64_t journal_bytes = 0;
   uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)

@@ -24,15 +24,15 @@ struct DeviceSpec {
 };
 
 struct EngineOptions {
-  std::string data_dir;              // journal, checkpoint, lock file, default device file
-  std::vector<DeviceSpec> devices;   // empty: one file "<data_dir>/device0.kvfs" of `capacity`
-  uint64_t capacity = 0;             // total data bytes when devices have no explicit size
+  std::string data_dir;             // journal, checkpoint, lock file, default device file
+  std::vector<DeviceSpec> devices;  // empty: one file "<data_dir>/device0.kvfs" of `capacity`
+  uint64_t capacity = 0;            // total data bytes when devices have no explicit size
   Durability durability = Durability::kClose;
   Compression compression = Compression::kOff;
-  uint32_t segment_size = 1u << 20;  // raw bytes per segment
-  uint32_t queue_depth = 16;         // io_uring depth per thread
+  uint32_t segment_size = 1u << 20;                 // raw bytes per segment
+  uint32_t queue_depth = 16;                        // io_uring depth per thread
   uint64_t journal_checkpoint_bytes = 64ull << 20;  // checkpoint when the journal passes this
-  uint32_t async_commit_ms = 50;     // group-commit interval with durability=async
+  uint32_t async_commit_ms = 50;                    // group-commit interval with durability=async
   // Bounded cache (DESIGN §6): when used bytes pass high_watermark x capacity after a publish,
   // files are evicted in `eviction` policy order ("lru", "lfu", "fifo", "prefix") down to
   // low_watermark x capacity. Pinned files (kFlagPinned) are never evicted.

@@ -19,12 +19,12 @@ enum class Codec : uint8_t { kNone = 0, kLz4 = 1 };
 // One stored segment of a chunk: a 4 KiB-aligned extent on one device. The checksum covers the
 // stored (possibly compressed) bytes, so it is checked before decompression.
 struct Segment {
-  uint16_t device = 0;       // index into the engine's device list
+  uint16_t device = 0;  // index into the engine's device list
   Codec codec = Codec::kNone;
-  uint64_t offset = 0;       // byte offset on the device, 4 KiB aligned
-  uint32_t stored_len = 0;   // bytes of payload on the device (extent is this rounded up to 4 KiB)
-  uint32_t raw_len = 0;      // bytes after decoding
-  uint64_t checksum = 0;     // XXH3_64bits of the stored payload
+  uint64_t offset = 0;      // byte offset on the device, 4 KiB aligned
+  uint32_t stored_len = 0;  // bytes of payload on the device (extent is this rounded up to 4 KiB)
+  uint32_t raw_len = 0;     // bytes after decoding
+  uint64_t checksum = 0;    // XXH3_64bits of the stored payload
 };
 
 // The immutable content of one published file version. Segments are in file order; every
@@ -60,7 +60,7 @@ struct ObjectRecord {
   uint32_t gid = 0;
   Timespec64 atime, mtime, ctime;
   uint32_t flags = 0;
-  std::string symlink_target;  // kSymlink only
+  std::string symlink_target;           // kSymlink only
   ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
   LayoutRef layout;                     // kFile only; null means empty file
 

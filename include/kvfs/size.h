@@ -31,13 +31,20 @@ inline Result<uint64_t> ParseSize(std::string_view text) {
   if (suffix.size() == 2 && suffix[1] == 'B') suffix = suffix.substr(0, 1);
   if (suffix == "B") suffix = "";
   int shift = 0;
-  if (suffix.empty()) shift = 0;
-  else if (suffix == "K") shift = 10;
-  else if (suffix == "M") shift = 20;
-  else if (suffix == "G") shift = 30;
-  else if (suffix == "T") shift = 40;
-  else return Status::Invalid("unknown size suffix in '" + original + "' (use K, M, G or T)");
-  if (shift > 0 && (value >> (64 - shift)) != 0) return Status::Invalid("size too large: " + original);
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else
+    return Status::Invalid("unknown size suffix in '" + original + "' (use K, M, G or T)");
+  if (shift > 0 && (value >> (64 - shift)) != 0)
+    return Status::Invalid("size too large: " + original);
   return value << shift;
 }
 
@@ -50,8 +57,10 @@ inline std::string FormatSize(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
   return buf;
 }
 

@@ -111,13 +111,25 @@ class ClusterMountTest : public ::testing::Test {
   void Start(int i, bool with_peer = true) {
     Daemon& d = nodes_[i];
     ASSERT_EQ(d.pid, -1);
-    std::vector<std::string> argv = {KVFS_BIN,      d.mnt,          "--data",
-                                     d.data,        "-f",           "--capacity",
-                                     "256M",        "--log-level",  "debug",
-                                     "--node-id",   std::to_string(i + 1),
-                                     "--listen",    Addr(i),        "--secret-file",
-                                     secret_,       "--transport",  "tcp",
-                                     "--request-timeout", "500"};
+    std::vector<std::string> argv = {KVFS_BIN,
+                                     d.mnt,
+                                     "--data",
+                                     d.data,
+                                     "-f",
+                                     "--capacity",
+                                     "256M",
+                                     "--log-level",
+                                     "debug",
+                                     "--node-id",
+                                     std::to_string(i + 1),
+                                     "--listen",
+                                     Addr(i),
+                                     "--secret-file",
+                                     secret_,
+                                     "--transport",
+                                     "tcp",
+                                     "--request-timeout",
+                                     "500"};
     if (with_peer) {
       const int o = 1 - i;
       argv.push_back("--peer");
@@ -142,14 +154,18 @@ class ClusterMountTest : public ::testing::Test {
       _exit(127);
     }
     const std::string status = d.mnt + "/.kvfs/status";
-    ASSERT_TRUE(WaitFor([&] {
-      int ws;
-      if (waitpid(d.pid, &ws, WNOHANG) == d.pid) {
-        d.pid = -1;
-        return true;
-      }
-      return Exists(status);
-    }, 20)) << "node " << i + 1 << " did not mount:\n" << ReadAll(d.log);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          int ws;
+          if (waitpid(d.pid, &ws, WNOHANG) == d.pid) {
+            d.pid = -1;
+            return true;
+          }
+          return Exists(status);
+        },
+        20))
+        << "node " << i + 1 << " did not mount:\n"
+        << ReadAll(d.log);
     ASSERT_NE(d.pid, -1) << "node " << i + 1 << " exited during start:\n" << ReadAll(d.log);
   }
 
@@ -165,7 +181,8 @@ class ClusterMountTest : public ::testing::Test {
       (void)!system(("fusermount3 -u -z '" + d.mnt + "' 2>/dev/null").c_str());
     } else {
       EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
-          << "node " << i + 1 << " exit status " << ws << "\n" << ReadAll(d.log);
+          << "node " << i + 1 << " exit status " << ws << "\n"
+          << ReadAll(d.log);
     }
     d.pid = -1;
   }
@@ -201,8 +218,7 @@ TEST_F(ClusterMountTest, PublishOnOneNodeIsSeenReadRenamedAndUnlinkedOnTheOther)
   WriteAll(M(0, "llama/chunk-a.tmp"), data);
   ASSERT_EQ(rename(M(0, "llama/chunk-a.tmp").c_str(), M(0, "chunk-a").c_str()), 0);
 
-  ASSERT_TRUE(WaitFor([&] { return Exists(M(1, "chunk-a")); }))
-      << ReadAll(nodes_[1].log);
+  ASSERT_TRUE(WaitFor([&] { return Exists(M(1, "chunk-a")); })) << ReadAll(nodes_[1].log);
   EXPECT_EQ(ReadAll(M(1, "chunk-a")), data);
   EXPECT_TRUE(Exists(M(1, "llama")));
   EXPECT_FALSE(Exists(M(1, "llama/chunk-a.tmp")));

@@ -122,15 +122,16 @@ id = 3
 listen = "127.0.0.2:7400"
 [cluster]
 replicas = 1
-secret_file = ")" + secret_ + R"("
+secret_file = ")" + secret_ +
+                            R"("
 [[cluster.peers]]
 id = 1
 address = "127.0.0.3:7401"
 )");
   auto p = Parse({"-o", "config=" + path + ",allow_other", "--capacity", "1G", "--node-id", "5",
                   "--listen", "127.0.0.4:7500", "--peer", "6=127.0.0.5:7501", "--peer",
-                  "7=127.0.0.6:7502", "--replicas", "2", "--transport", "auto",
-                  "--request-timeout", "300"});
+                  "7=127.0.0.6:7502", "--replicas", "2", "--transport", "auto", "--request-timeout",
+                  "300"});
   ASSERT_TRUE(p.options) << p.message;
   const MountOptions& o = *p.options;
   EXPECT_EQ(o.config_file, path);
@@ -198,8 +199,7 @@ TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
                 "\n[[peer]]\nid = 2\naddress = \"127.0.0.2:7400\"\n",
             "duplicate node address");
   // No node id, no secret, missing, empty or too short secret file.
-  ExpectBad("[node]\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s + "\n",
-            "node id");
+  ExpectBad("[node]\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s + "\n", "node id");
   ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n", "secret");
   ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = \"" + dir_ +
                 "/nope\"\n",
@@ -212,15 +212,12 @@ TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
   EXPECT_EQ(Parse({"--listen", "127.0.0.2:7400", "--node-id", "1"}).exit_code, 2);
   EXPECT_EQ(Parse({"--listen", "127.0.0.2", "--node-id", "1", "--secret-file", secret_}).exit_code,
             2);
-  EXPECT_EQ(Parse({"--peer", "x=127.0.0.2:1", "--node-id", "1", "--secret-file", secret_})
-                .exit_code,
-            2);
-  EXPECT_EQ(Parse({"--peer", "2=127.0.0.2:0", "--node-id", "1", "--secret-file", secret_})
-                .exit_code,
-            2);
-  EXPECT_EQ(Parse({"--node-id", "0", "--listen", "127.0.0.2:1", "--secret-file", secret_})
-                .exit_code,
-            2);
+  EXPECT_EQ(
+      Parse({"--peer", "x=127.0.0.2:1", "--node-id", "1", "--secret-file", secret_}).exit_code, 2);
+  EXPECT_EQ(
+      Parse({"--peer", "2=127.0.0.2:0", "--node-id", "1", "--secret-file", secret_}).exit_code, 2);
+  EXPECT_EQ(
+      Parse({"--node-id", "0", "--listen", "127.0.0.2:1", "--secret-file", secret_}).exit_code, 2);
   EXPECT_EQ(Parse({"--transport", "udp"}).exit_code, 2);
   auto ok = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--peer", "2=127.0.0.3:7400",
                    "--secret-file", secret_, "--transport", "tcp"});
