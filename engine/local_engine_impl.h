@@ -1,0 +1,110 @@
+// LocalEngineImpl, the LocalEngine behind LocalEngine::Open. Internal to the engine: the class
+// is declared here so its member functions can live in several files, each with one job:
+// local_engine.cc (open, recovery into the index, close, stats), local_engine_commit.cc (Apply,
+// the group-commit thread, checkpoints, eviction's journaled removals) and local_engine_read.cc
+// (writers, reads, verification, dropping corrupt records).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine_context.h"
+#include "engine_eviction.h"
+#include "index.h"
+#include "index_undo.h"
+#include "journal.h"
+#include "kvfs/local_engine.h"
+#include "read_ahead.h"
+#include "recovery.h"
+
+namespace kvfs {
+
+class LocalEngineImpl final : public LocalEngine {
+ public:
+  LocalEngineImpl(EngineOptions options, int lock_fd)
+      : options_(std::move(options)), lock_fd_(lock_fd) {}
+  ~LocalEngineImpl() override;
+
+  Status Start(RecoveredState state, std::vector<std::unique_ptr<Device>> devices);
+
+  std::vector<ObjectRecord> Records() const override;
+  ObjectId NewId() override;
+  Status Apply(const MetaBatch& batch) override;
+  Result<uint64_t> Submit(const MetaBatch& batch) override;
+  Status AwaitDurable(uint64_t token) override;
+  Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
+  Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
+  Status Verify(const LayoutRef& layout) override;
+  std::unique_ptr<ChunkReader> NewReader(LayoutRef layout) override;
+  void SetListener(StoreListener* listener) override { listener_ = listener; }
+  StoreStats Stats() const override;
+  Status Sync() override;
+  void Touch(ObjectId id, uint64_t stream) override;
+  Status Evict(ObjectId id) override;
+
+ private:
+  struct PendingCommit {
+    uint64_t seq = 0;
+    std::string encoded;             // one journal record
+    std::vector<LayoutRef> dropped;  // freed once `encoded` is durable
+    IndexUndo undo;                  // takes the batch back out of the index if it never is
+  };
+
+  Status Validate(const MetaBatch& batch) const;
+  Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len);
+  void DropCorrupt(const LayoutRef& layout, const Status& why);
+  uint64_t Enqueue(std::string encoded, std::vector<LayoutRef> dropped,
+                   IndexUndo undo = {});  // mu_ held
+  // mu_ held: the error every change gets once a journal write has failed.
+  Status ReadOnlyError() const;
+  // After a failed commit (mu_ held): takes `failed` and everything queued behind it back out
+  // of the index, newest first, so the index matches the disk. Returns the ids it changed.
+  std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> RollBack(
+      std::vector<PendingCommit>* failed);
+  // Bounded cache: journals the removal of evicted files (mu_ held) and tells the listener
+  // (no lock held). Reclaim evicts for a writer that found no free extent.
+  uint64_t RemoveEvicted(const std::vector<ObjectId>& victims);
+  void NotifyEvicted(const std::vector<ObjectId>& victims);
+  bool Reclaim();
+  void CommitLoop();
+  Status CommitRecords(const std::vector<PendingCommit>& batch);
+  Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
+
+  const EngineOptions options_;
+  int lock_fd_;
+  std::shared_ptr<EngineContext> ctx_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  Index index_;
+  std::vector<PendingCommit> queue_;
+  uint64_t last_seq_ = 0, durable_seq_ = 0;
+  Status commit_error_;  // sticky: after a failed journal write nothing more is accepted
+  // Set once the failed changes are undone and the listener told: waiters then get EROFS.
+  bool failure_reported_ = false;
+  uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
+  Status checkpoint_status_;
+  bool stop_ = false;
+  bool flush_requested_ = false;  // commit now even with durability=async (Reclaim waits)
+  std::unique_ptr<EngineEviction> eviction_;  // under mu_
+  // Ids below this are covered by a journaled watermark; written under mu_, read lock-free.
+  std::atomic<uint64_t> id_limit_{0};
+
+  std::atomic<uint64_t> next_id_{kRootId + 1};
+  std::atomic<uint64_t> journal_bytes_{0};
+  std::atomic<uint64_t> journal_commits_{0};
+  std::atomic<uint64_t> corrupt_dropped_{0};
+  std::shared_ptr<ReadAheadCounters> read_ahead_ = std::make_shared<ReadAheadCounters>();
+  std::atomic<StoreListener*> listener_{nullptr};
+  std::unique_ptr<Journal> journal_;  // the committer's, after Start
+  std::thread committer_;
+};
+
+}  // namespace kvfs
