@@ -11,11 +11,10 @@ import json
 import os
 import re
 import signal
-import sys
 import time
 import unittest
 
-from kvfs_cluster import KvfsCluster, wait_until
+from kvfs_cluster import start_cluster, wait_until
 from kvfs_testlib import chunk_bytes
 
 REQUEST_TIMEOUT_MS = 1000
@@ -48,21 +47,7 @@ def self_entry(c, k):
 class ClusterMount(unittest.TestCase):
     def cluster(self, **kw):
         kw.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
-        c = KvfsCluster(**kw)
-        self.addCleanup(self._stop, c)
-        c.start()
-        return c
-
-    def _failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.failures) + list(result.errors))
-
-    def _stop(self, c):
-        if self._failed():
-            print(c.logs_tail(3000), file=sys.stderr)
-        c.cleanup()
+        return start_cluster(self, **kw)
 
     def read(self, c, k, rel):
         with open(c.path(k, rel), "rb") as f:

@@ -6,34 +6,20 @@ directory is how a cluster is meant to be used (docs/cluster.md: names are globa
 
 import collections
 import os
-import sys
 import unittest
 
 import common  # tests/connectors (on PYTHONPATH via ctest)
 import lmcache_local_disk as lmc
 import vllm_fs_offload as vfs
 from common import check_bytes, payload
-from kvfs_cluster import KvfsCluster, wait_until
+from kvfs_cluster import start_cluster, wait_until
 
 VISIBLE_S = 5.0
 
 
 class ConnectorsAcrossNodes(unittest.TestCase):
     def setUp(self):
-        self.c = KvfsCluster(n=3, replicas=2, request_timeout_ms=1000)
-        self.addCleanup(self._stop)
-        self.c.start()
-
-    def _failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.failures) + list(result.errors))
-
-    def _stop(self):
-        if self._failed():
-            print(self.c.logs_tail(3000), file=sys.stderr)
-        self.c.cleanup()
+        self.c = start_cluster(self, n=3, replicas=2, request_timeout_ms=1000)
 
     def ctx(self, k, name):
         return common.Ctx(name, self.c.path(k, name), mount=self.c.node(k).mount)

@@ -13,11 +13,10 @@ import contextlib
 import hashlib
 import importlib
 import os
-import sys
 import unittest
 
 import common  # tests/connectors (on PYTHONPATH via ctest)
-from kvfs_cluster import KvfsCluster, WaitTimeout, wait_until
+from kvfs_cluster import start_cluster, WaitTimeout, wait_until
 
 VISIBLE_S = 10.0
 
@@ -79,20 +78,7 @@ class MirroredCtx(common.Ctx):
 
 class ConnectorReplaysAcrossNodes(unittest.TestCase):
     def setUp(self):
-        self.c = KvfsCluster(n=2, replicas=1, request_timeout_ms=1000)
-        self.addCleanup(self._stop)
-        self.c.start()
-
-    def _failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.failures) + list(result.errors))
-
-    def _stop(self):
-        if self._failed():
-            print(self.c.logs_tail(3000), file=sys.stderr)
-        self.c.cleanup()
+        self.c = start_cluster(self, n=2, replicas=1, request_timeout_ms=1000)
 
     def replay(self, module_name: str, writer: int, reader: int):
         mod = importlib.import_module(module_name)

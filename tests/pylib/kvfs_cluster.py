@@ -303,3 +303,25 @@ def read_file_in_subprocess(path: str, timeout: float = 30.0) -> dict:
 
 __all__ = ["KvfsCluster", "KvfsNode", "WaitTimeout", "wait_until", "node_host", "free_port",
            "read_file_in_subprocess", "DEFAULT_REQUEST_TIMEOUT_MS"]
+
+
+def _test_failed(test) -> bool:
+    """Whether a unittest case has failed so far (True when unittest does not say)."""
+    result = getattr(getattr(test, "_outcome", None), "result", None)
+    if result is None:
+        return True
+    return any(t is test for t, _ in list(result.failures) + list(result.errors))
+
+
+def start_cluster(test, **kw) -> "KvfsCluster":
+    """Starts a KvfsCluster for a unittest case and registers its cleanup, which prints the
+    nodes' log tails first when the case failed."""
+    c = KvfsCluster(**kw)
+
+    def stop():
+        if _test_failed(test):
+            print(c.logs_tail(3000), file=sys.stderr)
+        c.cleanup()
+    test.addCleanup(stop)
+    c.start()
+    return c
