@@ -12,6 +12,7 @@
 #include "cluster_node.h"
 #include "kvfs/version.h"
 #include "splice_reply.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -144,10 +145,10 @@ Result<ControlHandle*> Control::Open(uint64_t ino, int flags) {
   int acc = flags & O_ACCMODE;
   if (ino == kNodesIno) {
     if (acc != O_RDONLY) return Status::Error(EACCES, "read-only control file");
-    h->content = NodesJson().dump(2) + "\n";
+    h->content = JsonText(NodesJson(), 2) + "\n";
   } else if (ino == kStatusIno || ino == kStatsIno) {
     if (acc != O_RDONLY) return Status::Error(EACCES, "read-only control file");
-    h->content = ino == kStatusIno ? StatusJson().dump(2) + "\n" : StatsText();
+    h->content = ino == kStatusIno ? JsonText(StatusJson(), 2) + "\n" : StatsText();
   } else if (ino != kCtlIno) {
     return Status::NotFound("no such control file");
   }
@@ -173,7 +174,7 @@ Result<size_t> Control::Write(ControlHandle* h, const char* data, size_t len) {
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   nlohmann::json reply = Execute(line);
   std::lock_guard lock(h->mu);
-  h->content = reply.dump() + "\n";
+  h->content = JsonText(reply) + "\n";
   h->cursor = 0;
   return len;
 }
@@ -236,7 +237,7 @@ std::string Control::StatsText() {
   std::string out;
   for (auto it = status.cbegin(); it != status.cend(); ++it) {
     if (!it->is_number()) continue;
-    out += it.key() + " " + it->dump() + "\n";
+    out += it.key() + " " + JsonText(*it) + "\n";
   }
   return out;
 }
@@ -303,7 +304,7 @@ Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
   if (name == "user.kvfs.verify") return Verify(ino);
   if (name == "user.kvfs.location") {
     KVFS_ASSIGN_OR_RETURN(nlohmann::json location, LocationJson(ino));
-    return location.dump();
+    return JsonText(location);
   }
   if (name == "user.kvfs.checksum") return Checksum(ino);
   if (name != "user.kvfs.stat" && name != "user.kvfs.id" && name != "user.kvfs.state")
@@ -311,7 +312,7 @@ Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
   KVFS_ASSIGN_OR_RETURN(nlohmann::json stat, FileStatJson(ino));
   if (name == "user.kvfs.id") return std::to_string(stat["id"].get<uint64_t>());
   if (name == "user.kvfs.state") return stat["state"].get<std::string>();
-  return stat.dump();
+  return JsonText(stat);
 }
 
 Result<std::string> Control::Checksum(uint64_t ino) {

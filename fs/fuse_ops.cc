@@ -368,37 +368,98 @@ void OnFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t l
                                      static_cast<uint64_t>(length)));
 }
 
+// The last line of defence: libfuse is C, so an exception unwinding out of a callback would
+// abort the daemon and leave every process using the mount with ENOTCONN. Whatever escapes a
+// handler (a bug, bad_alloc) is logged and the request answered EIO; the daemon keeps serving.
+void ReplyAfterException(fuse_req_t req, const char* op, const char* what, bool no_reply) {
+  try {
+    spdlog::error("fuse {}: unexpected exception: {}; answered {}", op, what,
+                  no_reply ? "nothing" : "EIO");
+  } catch (...) {
+  }
+  if (no_reply) {
+    fuse_reply_none(req);
+  } else {
+    fuse_reply_err(req, EIO);
+  }
+}
+
+template <auto Fn>
+struct Guarded;
+template <typename... Args, void (*Fn)(fuse_req_t, Args...)>
+struct Guarded<Fn> {
+  // `op` names the request in the log; forget-style requests get no reply.
+  template <const char* op, bool no_reply = false>
+  static void Call(fuse_req_t req, Args... args) noexcept {
+    try {
+      Fn(req, args...);
+    } catch (const std::exception& e) {
+      ReplyAfterException(req, op, e.what(), no_reply);
+    } catch (...) {
+      ReplyAfterException(req, op, "unknown exception", no_reply);
+    }
+  }
+};
+
+constexpr char kLookupName[] = "lookup";
+constexpr char kForgetName[] = "forget";
+constexpr char kForgetMultiName[] = "forget_multi";
+constexpr char kGetattrName[] = "getattr";
+constexpr char kSetattrName[] = "setattr";
+constexpr char kReadlinkName[] = "readlink";
+constexpr char kMknodName[] = "mknod";
+constexpr char kMkdirName[] = "mkdir";
+constexpr char kUnlinkName[] = "unlink";
+constexpr char kRmdirName[] = "rmdir";
+constexpr char kSymlinkName[] = "symlink";
+constexpr char kRenameName[] = "rename";
+constexpr char kLinkName[] = "link";
+constexpr char kOpenName[] = "open";
+constexpr char kCreateName[] = "create";
+constexpr char kReadName[] = "read";
+constexpr char kWriteName[] = "write";
+constexpr char kFlushName[] = "flush";
+constexpr char kReleaseName[] = "release";
+constexpr char kFsyncName[] = "fsync";
+constexpr char kReaddirName[] = "readdir";
+constexpr char kStatfsName[] = "statfs";
+constexpr char kSetxattrName[] = "setxattr";
+constexpr char kGetxattrName[] = "getxattr";
+constexpr char kListxattrName[] = "listxattr";
+constexpr char kRemovexattrName[] = "removexattr";
+constexpr char kFallocateName[] = "fallocate";
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops ops;
   std::memset(&ops, 0, sizeof ops);
   ops.init = OnInit;
-  ops.lookup = OnLookup;
-  ops.forget = OnForget;
-  ops.forget_multi = OnForgetMulti;
-  ops.getattr = OnGetattr;
-  ops.setattr = OnSetattr;
-  ops.readlink = OnReadlink;
-  ops.mknod = OnMknod;
-  ops.mkdir = OnMkdir;
-  ops.unlink = OnUnlink;
-  ops.rmdir = OnRmdir;
-  ops.symlink = OnSymlink;
-  ops.rename = OnRename;
-  ops.link = OnLink;
-  ops.open = OnOpen;
-  ops.create = OnCreate;
-  ops.read = OnRead;
-  ops.write = OnWrite;
-  ops.flush = OnFlush;
-  ops.release = OnRelease;
-  ops.fsync = OnFsync;
-  ops.readdir = OnReaddir;
-  ops.statfs = OnStatfs;
-  ops.setxattr = OnSetxattr;
-  ops.getxattr = OnGetxattr;
-  ops.listxattr = OnListxattr;
-  ops.removexattr = OnRemovexattr;
-  ops.fallocate = OnFallocate;
+  ops.lookup = Guarded<OnLookup>::Call<kLookupName>;
+  ops.forget = Guarded<OnForget>::Call<kForgetName, true>;
+  ops.forget_multi = Guarded<OnForgetMulti>::Call<kForgetMultiName, true>;
+  ops.getattr = Guarded<OnGetattr>::Call<kGetattrName>;
+  ops.setattr = Guarded<OnSetattr>::Call<kSetattrName>;
+  ops.readlink = Guarded<OnReadlink>::Call<kReadlinkName>;
+  ops.mknod = Guarded<OnMknod>::Call<kMknodName>;
+  ops.mkdir = Guarded<OnMkdir>::Call<kMkdirName>;
+  ops.unlink = Guarded<OnUnlink>::Call<kUnlinkName>;
+  ops.rmdir = Guarded<OnRmdir>::Call<kRmdirName>;
+  ops.symlink = Guarded<OnSymlink>::Call<kSymlinkName>;
+  ops.rename = Guarded<OnRename>::Call<kRenameName>;
+  ops.link = Guarded<OnLink>::Call<kLinkName>;
+  ops.open = Guarded<OnOpen>::Call<kOpenName>;
+  ops.create = Guarded<OnCreate>::Call<kCreateName>;
+  ops.read = Guarded<OnRead>::Call<kReadName>;
+  ops.write = Guarded<OnWrite>::Call<kWriteName>;
+  ops.flush = Guarded<OnFlush>::Call<kFlushName>;
+  ops.release = Guarded<OnRelease>::Call<kReleaseName>;
+  ops.fsync = Guarded<OnFsync>::Call<kFsyncName>;
+  ops.readdir = Guarded<OnReaddir>::Call<kReaddirName>;
+  ops.statfs = Guarded<OnStatfs>::Call<kStatfsName>;
+  ops.setxattr = Guarded<OnSetxattr>::Call<kSetxattrName>;
+  ops.getxattr = Guarded<OnGetxattr>::Call<kGetxattrName>;
+  ops.listxattr = Guarded<OnListxattr>::Call<kListxattrName>;
+  ops.removexattr = Guarded<OnRemovexattr>::Call<kRemovexattrName>;
+  ops.fallocate = Guarded<OnFallocate>::Call<kFallocateName>;
   return ops;
 }
 

@@ -1,4 +1,5 @@
 #include "metrics_server.h"
+#include "json_text.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -140,14 +141,14 @@ std::string PrometheusText(const nlohmann::json& status) {
     done.insert(m.field);
     out += std::string("# HELP ") + m.name + " " + m.help + "\n";
     out += std::string("# TYPE ") + m.name + " " + m.type + "\n";
-    out += std::string(m.name) + " " + it->dump() + "\n";
+    out += std::string(m.name) + " " + JsonText(*it) + "\n";
   }
   for (auto it = status.cbegin(); it != status.cend(); ++it) {
     if (!it->is_number() || done.count(it.key())) continue;
     const std::string name = "kvfs_" + it.key();
     out += "# HELP " + name + " Status field " + it.key() + " (see kvfsctl status).\n";
     out += "# TYPE " + name + " untyped\n";
-    out += name + " " + it->dump() + "\n";
+    out += name + " " + JsonText(*it) + "\n";
   }
   out += "# HELP kvfs_info The daemon's version and configuration, as labels; always 1.\n";
   out += "# TYPE kvfs_info gauge\n";

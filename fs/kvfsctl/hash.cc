@@ -16,6 +16,7 @@
 
 #include "kvfsctl.h"
 #include "prefix_hash.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -78,7 +79,7 @@ int Hash(const HashOptions& o) {
     report["prefix"] = o.prefix;
     report["cached_prefix_chunks"] = cached_prefix;
   }
-  std::printf("%s\n", report.dump(2).c_str());
+  std::printf("%s\n", JsonText(report, 2).c_str());
   return kExitOk;
 }
 

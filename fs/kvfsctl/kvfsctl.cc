@@ -19,6 +19,7 @@
 
 #include "kvfs/size.h"
 #include "kvfs/version.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -127,7 +128,7 @@ int Status(const std::string& mountpoint, bool json) {
   std::string root = MountRootOf(mountpoint);
   nlohmann::json s = ReadJsonFile(root + "/.kvfs/status");
   if (json)
-    std::printf("%s\n", s.dump(2).c_str());
+    std::printf("%s\n", JsonText(s, 2).c_str());
   else
     PrintStatus(s);
   return 0;
@@ -142,7 +143,7 @@ int Stat(const std::string& path, bool json) {
   auto s = nlohmann::json::parse(value, nullptr, false);
   if (s.is_discarded()) throw Failure{kExitFailure, "kvfsctl: malformed reply for " + path};
   if (json)
-    std::printf("%s\n", s.dump(2).c_str());
+    std::printf("%s\n", JsonText(s, 2).c_str());
   else
     PrintStat(path, s);
   return 0;
@@ -271,7 +272,7 @@ int main(int argc, char** argv) {
     const auto cmds = app.get_subcommands();
     if (!cmds.empty() && cmds.front()->count("--json") > 0) {
       std::printf("%s\n",
-                  nlohmann::json{{"error", f.message}, {"exit_status", f.code}}.dump().c_str());
+                  JsonText(nlohmann::json{{"error", f.message}, {"exit_status", f.code}}).c_str());
     }
     return f.code;
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kvfs/size.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -22,7 +23,7 @@ uint64_t Count(const nlohmann::json& j, const char* key) {
 std::string Text(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return "-";
   if (j[key].is_string()) return j[key].get<std::string>();
-  return j[key].dump();
+  return JsonText(j[key]);
 }
 
 // "sent/received" pairs keep the table narrow; both directions matter when chasing traffic.
@@ -76,7 +77,7 @@ int Nodes(const std::string& root, bool json) {
     return 1;
   }
   if (json)
-    std::printf("%s\n", doc.dump(2).c_str());
+    std::printf("%s\n", JsonText(doc, 2).c_str());
   else
     PrintTable(doc);
   int down = 0;

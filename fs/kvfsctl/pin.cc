@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include "json_text.h"
 
 namespace kvfs::fs {
 
@@ -35,7 +36,7 @@ int PinCommand(const std::string& verb, const std::vector<std::string>& paths, b
                                     : "evicted");
     }
   }
-  if (json) std::printf("%s\n", nlohmann::json{{verb, results}}.dump(2).c_str());
+  if (json) std::printf("%s\n", JsonText(nlohmann::json{{verb, results}}, 2).c_str());
   return failed == 0 ? 0 : 1;
 }
 

@@ -23,6 +23,7 @@
 #include "kvfs/size.h"
 #include "kvfsctl.h"
 #include "progress_bar.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -114,7 +115,7 @@ int Prefetch(const std::vector<std::string>& paths, bool json) {
                           {"misses", missing.size()},
                           {"missing", missing},
                           {"errors", errors}};
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", JsonText(report, 2).c_str());
   } else {
     std::printf("prefetched %zu files, %s in %.2f s (%s/s); %s were already cached\n", warmed,
                 FormatSize(bytes).c_str(), seconds, FormatSize(static_cast<uint64_t>(rate)).c_str(),

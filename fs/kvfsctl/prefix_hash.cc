@@ -7,6 +7,7 @@
 #include <cctype>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -54,7 +55,7 @@ Result<std::vector<uint32_t>> ParseJsonArray(std::string_view text) {
     const auto& v = j[i];
     // The parser stores every non-negative integer as unsigned: anything else is out of range.
     if (!v.is_number_unsigned() || v.get<uint64_t>() > kMaxToken)
-      return Status::Invalid("element " + std::to_string(i) + " (" + v.dump() +
+      return Status::Invalid("element " + std::to_string(i) + " (" + JsonText(v) +
                              ") is not a token id in 0..4294967295");
     out.push_back(static_cast<uint32_t>(v.get<uint64_t>()));
   }

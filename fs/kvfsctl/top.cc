@@ -22,6 +22,7 @@
 
 #include "kvfs/size.h"
 #include "kvfsctl.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -159,7 +160,7 @@ int Top(const TopOptions& o) {
     Sample cur = ReadSample(stats);
     nlohmann::json row = Row(prev, cur);
     if (o.json)
-      std::printf("%s\n", row.dump().c_str());
+      std::printf("%s\n", JsonText(row).c_str());
     else if (screen)
       PrintScreen(root, o.interval_s, row);
     else

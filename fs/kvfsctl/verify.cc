@@ -15,6 +15,7 @@
 #include "kvfs/size.h"
 #include "kvfsctl.h"
 #include "progress_bar.h"
+#include "json_text.h"
 
 namespace kvfs::fs {
 
@@ -55,7 +56,7 @@ int Verify(const std::vector<std::string>& paths, bool json) {
                           {"vanished", vanished},
                           {"errors", errors},
                           {"seconds", seconds}};
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", JsonText(report, 2).c_str());
   } else {
     std::printf("checked %zu files, %s in %.1f s\n", checked, FormatSize(bytes).c_str(), seconds);
     std::printf("  ok        %zu\n", ok);

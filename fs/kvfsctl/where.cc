@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -37,7 +38,7 @@ Answer Ask(const std::string& path) {
 std::string Text(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return "-";
   if (j[key].is_string()) return j[key].get<std::string>();
-  return j[key].dump();
+  return JsonText(j[key]);
 }
 
 // A chunk is readable from here when this node has it or a holder is up (or is this node).
@@ -91,7 +92,7 @@ int Where(const std::vector<std::string>& paths, bool json) {
     if (!problem.empty())
       std::fprintf(stderr, "kvfsctl where: %s: %s\n", path.c_str(), problem.c_str());
   }
-  if (json) std::printf("%s\n", nlohmann::json{{"where", results}}.dump(2).c_str());
+  if (json) std::printf("%s\n", JsonText(nlohmann::json{{"where", results}}, 2).c_str());
   return failed == 0 ? 0 : 1;
 }
 

@@ -156,12 +156,14 @@ def lmcache_key(model: str, chunk_hash: str, world_size: int = 1, worker_id: int
 # ---------------------------------------------------------------------------------------------
 
 def _is_mounted(path: str) -> bool:
-    real = os.path.realpath(path)
+    # Bytes, not text: a mount point may have any bytes in its name (mountinfo escapes only
+    # space, tab, newline and backslash), and another test's mount is listed here too.
+    real = os.fsencode(os.path.realpath(path))
     try:
-        with open("/proc/self/mountinfo") as f:
+        with open("/proc/self/mountinfo", "rb") as f:
             for line in f:
                 fields = line.split()
-                if len(fields) > 4 and fields[4].replace("\\040", " ") == real:
+                if len(fields) > 4 and fields[4].replace(b"\\040", b" ") == real:
                     return True
     except OSError:
         pass
@@ -188,7 +190,7 @@ def _pids_with_arg(arg: str) -> list[int]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if arg.encode() in argv and int(entry) != os.getpid():
+        if os.fsencode(arg) in argv and int(entry) != os.getpid():
             pids.append(int(entry))
     return pids
 
@@ -207,7 +209,7 @@ class KvfsMount:
 
     def __init__(self, kvfs_bin: str | None = None, kvfsctl_bin: str | None = None,
                  capacity: str | None = "512M", extra_args=(), foreground: bool = True,
-                 root: str | None = None):
+                 root: str | None = None, mnt_name: str = "mnt"):
         self.kvfs_bin = kvfs_bin or default_kvfs_bin()
         self.kvfsctl_bin = kvfsctl_bin or default_kvfsctl_bin()
         self.capacity = capacity
@@ -217,7 +219,8 @@ class KvfsMount:
         if parent:
             os.makedirs(parent, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="kvfs-test-", dir=parent)
-        self._mnt = os.path.join(self.root, "mnt")
+        # mnt_name may hold any bytes (os.fsdecode of them) to test odd mount point names.
+        self._mnt = os.path.join(self.root, mnt_name)
         self._data = os.path.join(self.root, "data")
         os.mkdir(self._mnt)
         os.mkdir(self._data)
@@ -278,7 +281,7 @@ class KvfsMount:
             raise KvfsError("kvfs already running")
         self.starts += 1
         self._log = open(self.log_path, "ab")
-        self._log.write(f"\n==== start {self.starts}: {' '.join(self.command())}\n".encode())
+        self._log.write(os.fsencode(f"\n==== start {self.starts}: {' '.join(self.command())}\n"))
         self._log.flush()
         self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                       stdout=self._log, stderr=self._log,
