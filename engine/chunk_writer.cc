@@ -36,7 +36,30 @@ EngineChunkWriter::~EngineChunkWriter() {
   Drain();
   for (Slot& s : slots_) {
     if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
+    ClearOverflow(s);
   }
+}
+
+void EngineChunkWriter::ClearOverflow(Slot& s) {
+  if (!s.overflow) return;
+  s.overflow = false;
+  ctx_->ReleaseOverflow(buf_bytes_);
+}
+
+bool EngineChunkWriter::KeepInMemory(const std::vector<size_t>& indexes, size_t from) {
+  uint64_t bytes = 0;
+  for (size_t k = from; k < indexes.size(); ++k) {
+    if (!slots_[indexes[k]].overflow) bytes += buf_bytes_;
+  }
+  if (bytes > 0 && !ctx_->TryReserveOverflow(bytes)) return false;
+  for (size_t k = from; k < indexes.size(); ++k) slots_[indexes[k]].overflow = true;
+  return true;
+}
+
+uint64_t EngineChunkWriter::NeedFrom(const std::vector<size_t>& indexes, size_t from) const {
+  uint64_t bytes = 0;
+  for (size_t k = from; k < indexes.size(); ++k) bytes += (RawLen(indexes[k]) + 4095ull) & ~4095ull;
+  return bytes;
 }
 
 uint32_t EngineChunkWriter::RawLen(size_t index) const {
@@ -109,6 +132,7 @@ void EngineChunkWriter::Resize(uint64_t new_size) {
   for (size_t i = count; i < slots_.size(); ++i) {
     if (slots_[i].kind == Kind::kOwned) ctx_->space().Release(slots_[i].seg);
     if (slots_[i].buf) GiveBuffer(std::move(slots_[i].buf));
+    ClearOverflow(slots_[i]);
   }
   slots_.resize(count);
   size_ = new_size;
@@ -119,6 +143,11 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
   const uint64_t end = offset + len;
   if (end < offset || end / seg_size_ >= kMaxSegments) {
     return Status::Error(EFBIG, "write past the largest supported file size");
+  }
+  if (end > size_ && end > ctx_->space().capacity_bytes()) {
+    no_evict_ = true;
+    return Status::NoSpace("file would be larger than the whole cache (" +
+                           std::to_string(ctx_->space().capacity_bytes()) + " bytes)");
   }
   if (end > size_) Resize(end);
   dirty_ = true;
@@ -135,11 +164,14 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
     // Full and passed by this write: a sequential writer will not come back to it.
     if (s.filled >= seg_size_ && end >= seg_start + seg_size_) complete.push_back(j);
   }
-  return Seal(complete, true);
+  Status st = Seal(complete, true);
+  if (st.err() == ENOSPC) no_evict_ = true;
+  return st;
 }
 
-Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
-  if (indexes.empty()) return Status::Ok();
+Status EngineChunkWriter::Seal(const std::vector<size_t>& all_indexes, bool async) {
+  if (all_indexes.empty()) return Status::Ok();
+  std::vector<size_t> indexes = all_indexes;  // cut short when the rest stays in memory
   if (async && !window_ && !window_failed_ && !ctx_->closed()) {
     RingConfig config = ctx_->ring_config();
     config.depth = kWindow;
@@ -186,8 +218,18 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
       const uint16_t preferred =
           static_cast<uint16_t>((first_device_ + indexes[k]) % ctx_->devices().size());
       auto ext = ctx_->space().Allocate(preferred, padded);
+      if (!ext.ok() && ext.status().err() == ENOSPC && async && KeepInMemory(indexes, k)) {
+        // Streaming into full devices: this segment and the rest wait in memory; Finish,
+        // knowing the whole size, decides whether eviction can make room at all.
+        for (size_t j = k; j < indexes.size(); ++j) {
+          if (slots_[indexes[j]].enc) scratch_.push_back(std::move(slots_[indexes[j]].enc));
+        }
+        indexes.resize(k);
+        break;
+      }
       // Full: evicting frees space once the eviction's journal record is durable.
-      while (!ext.ok() && ext.status().err() == ENOSPC && ctx_->Reclaim()) {
+      while (!ext.ok() && ext.status().err() == ENOSPC &&
+             ctx_->Reclaim(NeedFrom(indexes, k), !no_evict_)) {
         ext = ctx_->space().Allocate(preferred, padded);
       }
       if (!ext.ok()) {
@@ -215,6 +257,7 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
       if (s.seg.stored_len == 0) {
         s.kind = Kind::kOwned;
         GiveBuffer(std::move(s.buf));
+        ClearOverflow(s);
         continue;
       }
       while (window_->in_flight() >= kWindow) {
@@ -232,6 +275,7 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
         return sub;
       }
       s.kind = Kind::kInFlight;
+      ClearOverflow(s);
     }
     window_->Reap(0, [this](uint64_t i, Status r) { OnWritten(i, r); });
     return Status::Ok();
@@ -247,6 +291,7 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& indexes, bool async) {
     s.kind = Kind::kOwned;
     s.seg = segs[k];
     GiveBuffer(std::move(s.buf));
+    ClearOverflow(s);
   }
   return st;
 }

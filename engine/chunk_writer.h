@@ -45,8 +45,9 @@ class EngineChunkWriter : public ChunkWriter {
     Kind kind = Kind::kHole;
     Segment seg;
     Buffer buf;
-    Buffer enc;           // lz4 output of an in-flight write
-    uint32_t filled = 0;  // bytes from the segment start written contiguously (dirty only)
+    Buffer enc;             // lz4 output of an in-flight write
+    uint32_t filled = 0;    // bytes from the segment start written contiguously (dirty only)
+    bool overflow = false;  // dirty because the devices were full (EngineContext overflow)
   };
 
   uint32_t RawLen(size_t index) const;
@@ -60,6 +61,12 @@ class EngineChunkWriter : public ChunkWriter {
   // Waits for every in-flight write. A failed one leaves its segment dirty (sealed again later).
   void Drain();
   void Resize(uint64_t new_size);
+  // The devices are full while streaming: keeps slots indexes[from..] dirty in memory, within
+  // the engine's overflow budget, instead of evicting for them. False when over budget.
+  bool KeepInMemory(const std::vector<size_t>& indexes, size_t from);
+  void ClearOverflow(Slot& s);
+  // Device bytes (at most) that slots indexes[from..] still need.
+  uint64_t NeedFrom(const std::vector<size_t>& indexes, size_t from) const;
 
   std::shared_ptr<EngineContext> ctx_;
   LayoutRef base_;
@@ -68,6 +75,9 @@ class EngineChunkWriter : public ChunkWriter {
   uint16_t first_device_;
   uint64_t size_ = 0;
   bool dirty_ = false;
+  // A write failed with ENOSPC: at close this version is stored only if it fits without
+  // evicting anything (a failed write must not empty the cache for a partial file).
+  bool no_evict_ = false;
   std::vector<Slot> slots_;
   std::vector<Buffer> spare_;    // reusable segment buffers
   std::vector<Buffer> scratch_;  // lz4 output buffers, reusable

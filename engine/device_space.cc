@@ -114,6 +114,17 @@ uint64_t DeviceSpace::used_bytes() const {
   return used;
 }
 
+uint64_t DeviceSpace::ExclusiveBytes(const Layout& layout) const {
+  std::lock_guard lock(mu_);
+  uint64_t bytes = 0;
+  for (const Segment& seg : layout.segments) {
+    if (seg.stored_len == 0) continue;
+    auto it = refs_.find(Key(seg.device, seg.offset));
+    if (it != refs_.end() && it->second == 1) bytes += ExtentBytes(seg);
+  }
+  return bytes;
+}
+
 uint64_t DeviceSpace::free_bytes(uint16_t device) const {
   std::lock_guard lock(mu_);
   return device < allocators_.size() ? allocators_[device].free_bytes() : 0;

@@ -46,6 +46,9 @@ class DeviceSpace : public std::enable_shared_from_this<DeviceSpace> {
 
   uint64_t capacity_bytes() const;
   uint64_t used_bytes() const;
+  // Bytes that would become free if `layout` were released now: its extents no other layout
+  // shares (a copy-on-write version shares the unchanged segments of its base).
+  uint64_t ExclusiveBytes(const Layout& layout) const;
   size_t device_count() const { return allocators_.size(); }
   uint64_t free_bytes(uint16_t device) const;
 

@@ -38,6 +38,14 @@ void EngineContext::Close() {
   if (!closed_.exchange(true)) IoRing::Retire(ring_config_.generation);
 }
 
+bool EngineContext::TryReserveOverflow(uint64_t bytes) {
+  uint64_t cur = overflow_used_.load();
+  do {
+    if (cur + bytes > options_.overflow_bytes) return false;
+  } while (!overflow_used_.compare_exchange_weak(cur, cur + bytes));
+  return true;
+}
+
 void EngineContext::MarkWritten(uint16_t device, uint64_t bytes) {
   dirty_[device] = true;
   counters_.bytes_written.fetch_add(bytes);

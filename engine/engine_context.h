@@ -73,17 +73,27 @@ class EngineContext {
   // Stops all further I/O (the engine is closing); rings of this generation are retired.
   void Close();
 
-  // A writer that found no free extent asks the engine to evict (bounded cache) and retries
-  // while this returns true. Serialised, so concurrent writers do not evict one file each for
-  // the same shortfall; the engine clears the hook before it goes away.
-  void SetReclaimer(std::function<bool()> reclaim) {
+  // A writer that found no free extent asks the engine to make room for the `needed` bytes it
+  // still has to place (bounded cache) and retries while this returns true. The engine evicts
+  // nothing when eviction cannot make that much room (pinned files, other writers) or when
+  // `may_evict` is false. Serialised, so concurrent writers do not evict one file each for the
+  // same shortfall; the engine clears the hook before it goes away.
+  using Reclaimer = std::function<bool(uint64_t needed, bool may_evict)>;
+  void SetReclaimer(Reclaimer reclaim) {
     std::lock_guard lock(reclaim_mu_);
     reclaim_ = std::move(reclaim);
   }
-  bool Reclaim() {
+  bool Reclaim(uint64_t needed, bool may_evict = true) {
     std::lock_guard lock(reclaim_mu_);
-    return reclaim_ && !closed_ && reclaim_();
+    return reclaim_ && !closed_ && reclaim_(needed, may_evict);
   }
+
+  // Memory a writer may use to keep segments that found the devices full (all writers
+  // together, EngineOptions::overflow_bytes): a streaming writer cannot know its final size,
+  // so instead of evicting for every segment it keeps them in memory and decides at close,
+  // when the size is known, whether eviction can make room at all.
+  bool TryReserveOverflow(uint64_t bytes);
+  void ReleaseOverflow(uint64_t bytes) { overflow_used_.fetch_sub(bytes); }
 
  private:
   EngineOptions options_;
@@ -95,7 +105,8 @@ class EngineContext {
   std::atomic<bool> closed_{false};
   EngineCounters counters_;
   std::mutex reclaim_mu_;
-  std::function<bool()> reclaim_;
+  Reclaimer reclaim_;
+  std::atomic<uint64_t> overflow_used_{0};
 };
 
 }  // namespace kvfs

@@ -129,13 +129,23 @@ std::vector<ObjectId> EngineEviction::Victims(size_t n) {
   return victims;
 }
 
-std::vector<ObjectId> EngineEviction::ReclaimVictims(uint64_t used, uint64_t capacity) {
+uint64_t EngineEviction::ReclaimableBytes() {
+  uint64_t bytes = PendingFree();
+  for (const auto& [id, e] : entries_) {
+    if (!e.pinned) bytes += e.bytes;
+  }
+  return bytes;
+}
+
+std::vector<ObjectId> EngineEviction::ReclaimVictims(uint64_t used, uint64_t capacity,
+                                                     uint64_t shortfall) {
   const uint64_t pending = PendingFree();
   const uint64_t effective = used > pending ? used - pending : 0;
   const auto low = static_cast<uint64_t>(low_ * static_cast<double>(capacity));
+  const uint64_t to_low = effective > low ? effective - low : 0;
+  const uint64_t want = std::max(to_low, shortfall > pending ? shortfall - pending : 0);
   // At least one victim: the writer found no free extent whatever the watermarks say.
-  std::vector<ObjectId> victims =
-      effective > low ? policy_->EvictBytes(effective - low) : policy_->Evict(1);
+  std::vector<ObjectId> victims = want > 0 ? policy_->EvictBytes(want) : policy_->Evict(1);
   if (victims.empty()) victims = policy_->Evict(1);
   NoteVictims(victims);
   return victims;

@@ -46,7 +46,11 @@ class EngineEviction {
   std::vector<ObjectId> Victims(size_t n);
   // For a writer that hit ENOSPC: victims down to the low watermark of `capacity` (at least
   // one), so one journal commit frees room for many writes instead of one file per commit.
-  std::vector<ObjectId> ReclaimVictims(uint64_t used, uint64_t capacity);
+  // `shortfall`: bytes the writer still lacks beyond free space (evicted even past the low
+  // watermark).
+  std::vector<ObjectId> ReclaimVictims(uint64_t used, uint64_t capacity, uint64_t shortfall);
+  // Bytes eviction could free now: unpinned tracked files plus earlier victims not yet free.
+  uint64_t ReclaimableBytes();
   // Takes one id out of the policy for an explicit eviction (user.kvfs.evict).
   void Forget(ObjectId id);
 

@@ -21,6 +21,13 @@ class IndexUndo {
   void Restore(Index* index, std::vector<LayoutRef>* dropped,
                std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>>* changed) const;
   bool empty() const { return before_.empty(); }
+  // Calls `fn` with each layout a before-image holds (references this undo owns).
+  template <typename Fn>
+  void ForEachLayout(Fn&& fn) const {
+    for (const auto& [id, rec] : before_) {
+      if (rec && rec->layout) fn(rec->layout);
+    }
+  }
 
  private:
   std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> before_;

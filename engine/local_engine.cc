@@ -112,7 +112,8 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   next_id_ = state.next_id;
   id_limit_ = state.next_id;
   eviction_->Recover(options_.data_dir, index_.Snapshot());
-  ctx_->SetReclaimer([this] { return Reclaim(); });
+  ctx_->SetReclaimer(
+      [this](uint64_t needed, bool may_evict) { return Reclaim(needed, may_evict); });
   KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(options_.data_dir, state.journal_number,
                                                          state.journal_valid_bytes));
   journal_->set_fault_injector(options_.fault_injector.get());
@@ -154,6 +155,11 @@ StoreStats LocalEngineImpl::Stats() const {
   s.used_bytes = ctx_->space().used_bytes();
   {
     std::lock_guard lock(mu_);
+    // With durability=async an unlink's extents free at the next group commit; they are no
+    // one's any more, so statvfs counts them free as soon as the unlink returns (a writer
+    // that needs them flushes the commit first: Reclaim).
+    const uint64_t queued_free = QueuedFreeBytes();
+    s.used_bytes = s.used_bytes > queued_free ? s.used_bytes - queued_free : 0;
     s.logical_bytes = index_.logical_bytes();
     s.objects = index_.objects();
     s.files = index_.files();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 
 #include "checkpoint.h"
 #include "local_engine_impl.h"
@@ -126,12 +127,57 @@ void LocalEngineImpl::NotifyEvicted(const std::vector<ObjectId>& victims) {
   }
 }
 
-bool LocalEngineImpl::Reclaim() {
+uint64_t LocalEngineImpl::QueuedFreeBytes() const {
+  // A dropped layout frees on commit when every reference to it is the queue's own (the
+  // dropped list and undo images); an open reader or writer holds one more.
+  std::unordered_map<const Layout*, std::pair<LayoutRef, long>> held;
+  for (const PendingCommit& p : queue_) {
+    for (const LayoutRef& layout : p.dropped) {
+      if (layout) ++held.try_emplace(layout.get(), layout, 0).first->second.second;
+    }
+  }
+  if (held.empty()) return 0;
+  for (const PendingCommit& p : queue_) {
+    p.undo.ForEachLayout([&](const LayoutRef& layout) {
+      if (auto it = held.find(layout.get()); it != held.end()) ++it->second.second;
+    });
+  }
+  uint64_t bytes = 0;
+  for (const auto& [raw, ref] : held) {
+    // +1: the copy in `held` itself.
+    if (ref.first.use_count() == ref.second + 1) bytes += ctx_->space().ExclusiveBytes(*raw);
+  }
+  return bytes;
+}
+
+bool LocalEngineImpl::Reclaim(uint64_t needed, bool may_evict) {
   std::vector<ObjectId> victims;
   {
     std::unique_lock lock(mu_);
     if (stop_ || !commit_error_.ok()) return false;
-    victims = eviction_->ReclaimVictims(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
+    if (QueuedFreeBytes() > 0) {
+      // Unlinks and replaced versions waiting for their commit (durability=async) free room
+      // without evicting anything: commit them now and let the writer try again.
+      const uint64_t seq = last_seq_;
+      flush_requested_ = true;
+      work_cv_.notify_one();
+      done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
+      return commit_error_.ok();
+    }
+    if (!may_evict) return false;
+    const uint64_t used = ctx_->space().used_bytes();
+    const uint64_t capacity = ctx_->space().capacity_bytes();
+    const uint64_t free_now = capacity > used ? capacity - used : 0;
+    if (free_now + eviction_->ReclaimableBytes() < needed) {
+      // Pinned files, open readers of evicted files and unpublished writers hold the rest:
+      // evicting would destroy cached data and still not make room.
+      spdlog::warn(
+          "engine: a writer needs {} bytes; {} are free and at most {} could be evicted: "
+          "nothing evicted, ENOSPC",
+          needed, free_now, eviction_->ReclaimableBytes());
+      return false;
+    }
+    victims = eviction_->ReclaimVictims(used, capacity, needed > free_now ? needed - free_now : 0);
     if (victims.empty()) return false;  // everything left is pinned
     const uint64_t seq = RemoveEvicted(victims);
     // The victim's extents are reusable only once the record that freed them is durable.

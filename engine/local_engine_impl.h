@@ -72,7 +72,10 @@ class LocalEngineImpl final : public LocalEngine {
   // (no lock held). Reclaim evicts for a writer that found no free extent.
   uint64_t RemoveEvicted(const std::vector<ObjectId>& victims);
   void NotifyEvicted(const std::vector<ObjectId>& victims);
-  bool Reclaim();
+  bool Reclaim(uint64_t needed, bool may_evict);
+  // mu_ held: extents that queued (not yet durable) commits free once written: the layouts
+  // they dropped that nobody else holds.
+  uint64_t QueuedFreeBytes() const;
   void CommitLoop();
   Status CommitRecords(const std::vector<PendingCommit>& batch);
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);

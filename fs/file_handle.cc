@@ -66,6 +66,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
     if (!in) return Status::NotFound("no such inode");
     if (in->dir) return Status::Error(EISDIR, "is a directory");
     if (in->rec.type != ObjectType::kFile) return Status::Error(ELOOP, "not a regular file");
+    if (!in->linked) return Status::Error(ESTALE, "file was removed");  // see GetAttr
     int acc = flags & O_ACCMODE;
     auto handle = std::make_unique<FileHandle>();
     handle->ino = ino;
@@ -227,6 +228,7 @@ Status Namespace::Release(FileHandle* fh) {
   if (!in) return st;
   if (in->opens > 0) --in->opens;
   if (fh->session && --fh->session->handles == 0 && in->writing == fh->session) in->writing.reset();
+  ReleaseUnreachableData(in);
   MaybeDrop(in);
   return st;
 }

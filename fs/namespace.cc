@@ -152,7 +152,15 @@ void Namespace::DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* ba
   if (in->journaled) batch->removes.push_back(in->rec.id);
   // Nothing more is journaled for it: a writer still holding it publishes nowhere.
   in->journaled = false;
+  ReleaseUnreachableData(in);
   MaybeDrop(in);  // `in` may be gone from here on
+}
+
+void Namespace::ReleaseUnreachableData(Inode* in) {
+  // Without a name or an open handle nobody can read the data again: the inode may linger
+  // while the kernel still counts lookups, but its extents must not (statvfs right after an
+  // unlink counts them free). Open handles hold their own LayoutRef until they close.
+  if (!in->linked && in->opens == 0 && in->rec.id != kRootId) in->rec.layout.reset();
 }
 
 void Namespace::MaybeDrop(Inode* in) {
@@ -226,7 +234,16 @@ Result<EntryInfo> Namespace::GetAttr(uint64_t ino) {
   std::lock_guard lock(mu_);
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
+  if (ReachedThroughStaleName(in)) return Status::Error(ESTALE, "file was removed");
   return MakeEntry(in);
+}
+
+bool Namespace::ReachedThroughStaleName(const Inode* in) const {
+  // A file with no name and no open handle is only reachable through a dentry the kernel has
+  // not dropped yet (the store evicted it, or a peer removed it, and the invalidation is on
+  // its way). ESTALE makes the VFS look the name up again, which then misses: the name goes
+  // away at once, as on a local file system. Directories keep answering (a removed cwd).
+  return !in->linked && in->opens == 0 && !in->dir;
 }
 
 Result<ObjectRecord> Namespace::Record(uint64_t ino) {

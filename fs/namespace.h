@@ -208,6 +208,11 @@ class Namespace {
   void LinkChild(Inode* dir, const std::string& name, Inode* child);  // mu_ held
   void UnlinkChild(Inode* dir, const std::string& name);              // mu_ held
   void MaybeDrop(Inode* in);  // mu_ held: frees an unlinked inode nobody refers to
+  // mu_ held: drops the layout of a file nobody can read any more (no name, no open handle),
+  // so its extents free now rather than when the kernel forgets the inode.
+  void ReleaseUnreachableData(Inode* in);
+  // mu_ held: the inode has no name and no handle (see GetAttr).
+  bool ReachedThroughStaleName(const Inode* in) const;
   // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
   // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
   void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);

@@ -21,14 +21,15 @@ void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
     // An eviction never takes a name from under its writer.
     if (evicted && in->writing) return;
     in->journaled = false;
-    // Evicted space should return as soon as the last open handle closes.
-    if (evicted) in->rec.layout = nullptr;
     if (in->linked) {
       if (Inode* dir = Find(in->rec.parent); dir && dir->dir) UnlinkChild(dir, in->rec.name);
       in->linked = false;
       parent = in->rec.parent;
       name = in->rec.name;
     }
+    // Open handles keep the whole file (and fstat its size); the space returns as soon as the
+    // last of them closes (Release), or now when there is none.
+    ReleaseUnreachableData(in);
     MaybeDrop(in);
   }
   if (evicted) {

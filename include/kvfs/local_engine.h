@@ -39,6 +39,10 @@ struct EngineOptions {
   std::string eviction = "lru";
   double high_watermark = 0.90;
   double low_watermark = 0.80;
+  // Memory writers may fill with segments that found the devices full, before any file is
+  // evicted for them (EngineContext::TryReserveOverflow): a write larger than what eviction
+  // can free fails with ENOSPC without evicting anything, as long as it fits in here.
+  uint64_t overflow_bytes = 256ull << 20;
   std::shared_ptr<IoFaultInjector> fault_injector;  // tests only: sees every device I/O
 };
 

@@ -131,9 +131,29 @@ TEST_F(NamespaceTest, LookupCountKeepsUnlinkedInodeUntilForget) {
   ASSERT_TRUE(ns_.Lookup(kRootId, "f").ok());
   ASSERT_TRUE(ns_.Unlink(kRootId, "f").ok());
   ns_.Forget(ino, 1);
-  EXPECT_TRUE(ns_.GetAttr(ino).ok());
+  // Still known (the kernel holds a lookup), but only through a stale name: ESTALE makes the
+  // VFS look the name up again and miss.
+  EXPECT_EQ(ns_.GetAttr(ino).status().err(), ESTALE);
+  EXPECT_EQ(ns_.Open(ino, O_RDONLY).status().err(), ESTALE);
   ns_.Forget(ino, 1);
-  EXPECT_FALSE(ns_.GetAttr(ino).ok());
+  EXPECT_EQ(ns_.GetAttr(ino).status().err(), ENOENT);
+}
+
+TEST_F(NamespaceTest, UnlinkedOpenFileKeepsItsSizeUntilClosed) {
+  uint64_t ino = CreateFile(kRootId, "f", "content");
+  auto fh = ns_.Open(ino, O_RDONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(ns_.Unlink(kRootId, "f").ok());
+  auto e = ns_.GetAttr(ino);  // fstat on the open handle
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.st_size, 7);
+  EXPECT_EQ(e->attr.st_nlink, 0u);
+  char buf[16];
+  auto n = ns_.Read(*fh, 0, buf, sizeof buf);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf, *n), "content");
+  ASSERT_TRUE(ns_.Release(*fh).ok());
+  EXPECT_EQ(ns_.GetAttr(ino).status().err(), ENOENT);
 }
 
 TEST_F(NamespaceTest, RenameOverExistingIsOneBatch) {
