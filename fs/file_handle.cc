@@ -12,6 +12,43 @@
 
 namespace kvfs::fs {
 
+namespace {
+
+int64_t MonotonicSeconds() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1;  // never 0, which means "never rewritten"
+}
+
+}  // namespace
+
+void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
+  // Another view owns the kernel's page cache and i_size: this handle goes around them, so
+  // neither a reader of an old version nor a private writer can show its bytes or its size
+  // to the other (a short read of an old version would shrink the kernel's i_size under an
+  // appending writer; a writer's pages would be read by readers of the published version).
+  if (in->cache_handles > 0 && in->cache_view != view) {
+    fh->direct_io = true;
+    return;
+  }
+  // A reader of a file that is being rewritten in place again and again: the kernel's one
+  // i_size would follow the next writer's writes under this reader (FUSE cannot give the two
+  // views two sizes), so it reads around the cache until rewrites have been quiet for a while.
+  if (!fh->session && in->rewritten_at != 0 &&
+      MonotonicSeconds() - in->rewritten_at < kRewriteQuietSeconds) {
+    fh->direct_io = true;
+    return;
+  }
+  // Cached pages are trusted only when they are known to hold this very view; otherwise the
+  // open drops them (keep_cache off), synchronously, before any read.
+  fh->keep_cache = in->cache_view == view && !fh->session && in->journaled;
+  fh->page_cache = true;
+  fh->view = view;
+  in->cache_view = view;
+  if (!fh->session) in->cache_view_size = fh->layout ? fh->layout->size : 0;
+  ++in->cache_handles;
+}
+
 Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std::string_view name,
                                                             uint32_t mode, int flags, uint32_t uid,
                                                             uint32_t gid) {
@@ -33,6 +70,7 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       session->writer = std::move(writer);
       session->dirty = true;  // even an empty new file is published at its first close
       session->handles = 1;
+      session->view = ++next_view_;
       in->writing = session;
       in->opens = 1;
       ++in->nlookup;
@@ -40,7 +78,9 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       fh->ino = in->rec.id;
       fh->can_write = true;
       fh->session = std::move(session);
-      fh->direct_io = (flags & O_DIRECT) != 0;
+      fh->append = (flags & O_APPEND) != 0;
+      fh->direct_io = (flags & O_DIRECT) != 0 || fh->append;
+      if (!fh->direct_io) ChooseCacheMode(in, fh, fh->session->view);
       return std::make_pair(MakeEntry(in), fh);
     }
   }
@@ -72,10 +112,10 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
     handle->ino = ino;
     if (acc == O_RDONLY && !(flags & O_TRUNC)) {
       handle->layout = in->rec.layout;
-      // While a writer is active the page cache holds its unpublished pages: a reader of the
-      // published version must bypass it.
+      // While a writer is active the page cache may hold its unpublished pages: a reader of
+      // the published version bypasses it.
       handle->direct_io = (flags & O_DIRECT) || in->writing;
-      handle->keep_cache = !handle->direct_io && in->journaled;
+      if (!handle->direct_io) ChooseCacheMode(in, handle.get(), in->version);
       if (handle->layout) handle->reader = store_->NewReader(handle->layout);
       handle->noatime = (flags & O_NOATIME) != 0;
       if (!handle->noatime) TouchAtime(in);
@@ -88,14 +128,20 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
         session->size = writer->size();
         session->writer = std::move(writer);
         session->dirty = ((flags & O_TRUNC) && in->rec.size() > 0) || !in->journaled;
+        session->view = ++next_view_;
         in->writing = session;
+        if (in->journaled && in->rec.layout) in->rewritten_at = MonotonicSeconds();
       } else if (flags & O_TRUNC) {
         truncate_session = session;
       }
       ++session->handles;
       handle->session = std::move(session);
       handle->can_write = acc != O_RDONLY;
-      handle->direct_io = (flags & O_DIRECT) != 0;
+      handle->append = (flags & O_APPEND) != 0;
+      // O_APPEND goes around the page cache: the daemon places each append at the end of the
+      // session (Write), and the kernel's idea of the end must not matter.
+      handle->direct_io = (flags & O_DIRECT) != 0 || handle->append;
+      if (!handle->direct_io) ChooseCacheMode(in, handle.get(), handle->session->view);
     }
     ++in->opens;
     fh = handle.release();
@@ -162,6 +208,7 @@ Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_
   if (!fh->can_write || !fh->session) return Status::Error(EBADF, "not open for writing");
   {
     std::lock_guard wl(fh->session->mu);
+    if (fh->append) offset = fh->session->writer->size();
     KVFS_RETURN_IF_ERROR(fh->session->writer->Write(offset, data, len));
     fh->session->size = fh->session->writer->size();
     fh->session->dirty = true;
@@ -194,7 +241,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
     std::lock_guard lock(mu_);
     Inode* in = Find(fh->ino);
     if (!in) return Status::Ok();
-    in->rec.layout = std::move(layout);
+    SetLayout(in, std::move(layout));
     in->rec.ctime = Now();
     // An unlinked file publishes nowhere: its holders keep their own view until they close.
     if (!in->linked) return Status::Ok();
@@ -219,14 +266,24 @@ Status Namespace::Release(FileHandle* fh) {
   std::unique_ptr<FileHandle> owned(fh);
   Status st;
   if (fh->session) {
+    // Only the session's last handle publishes here (what mmap writeback added after the last
+    // close). While another handle is open it publishes at its own close: a late RELEASE of
+    // an earlier writer must not publish the state a newer writer of the same session has
+    // just truncated. Holding the session's lock, no joiner can change it meanwhile.
     std::lock_guard wl(fh->session->mu);
-    st = PublishLocked(fh);
+    bool last;
+    {
+      std::lock_guard lock(mu_);
+      last = fh->session->handles <= 1;
+    }
+    if (last) st = PublishLocked(fh);
     if (!st.ok()) spdlog::warn("publish at release of inode {} failed: {}", fh->ino, st.ToString());
   }
   std::lock_guard lock(mu_);
   Inode* in = Find(fh->ino);
   if (!in) return st;
   if (in->opens > 0) --in->opens;
+  if (fh->page_cache && in->cache_handles > 0) --in->cache_handles;
   if (fh->session && --fh->session->handles == 0 && in->writing == fh->session) in->writing.reset();
   ReleaseUnreachableData(in);
   MaybeDrop(in);

@@ -48,9 +48,11 @@ T* HandleOf(fuse_file_info* fi) {
 }
 
 void OnInit(void*, fuse_conn_info* conn) {
-  // O_TRUNC arrives with open() instead of as a separate setattr(size=0), so a truncating
-  // writer starts a new private version rather than publishing an empty file.
-  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // No atomic O_TRUNC: with it the kernel sets i_size to 0 and drops every cached page at the
+  // open, under readers of the published version. Without it O_TRUNC is a setattr(size=0)
+  // on the new handle (so it truncates only that writer's private session) whose reply says
+  // which size the kernel keeps (Namespace::SetAttr).
+  conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
   // Plain readdir keeps lookup counting in one place (lookup); ls -l pays one lookup per name.
@@ -90,9 +92,11 @@ void OnForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   fuse_reply_none(req);
 }
 
-void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FsContext& c = Ctx(req);
-  auto e = Control::Owns(ino) ? c.control->GetAttr(ino) : c.ns->GetAttr(ino);
+  // With a handle (fstat, or the kernel checking i_size for a read): that handle's view.
+  auto e = Control::Owns(ino) ? c.control->GetAttr(ino)
+                              : c.ns->GetAttr(ino, fi ? HandleOf<FileHandle>(fi) : nullptr);
   if (!e.ok()) return ReplyStatus(req, e.status());
   ReplyAttr(req, *e);
 }

@@ -78,6 +78,7 @@ Status Namespace::Load() {
     if (rec.id == kRootId || rec.id == kInvalidId) continue;
     auto in = std::make_unique<Inode>();
     in->journaled = true;
+    in->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
     uint64_t id = rec.id;
     in->rec = std::move(rec);
@@ -168,7 +169,12 @@ void Namespace::MaybeDrop(Inode* in) {
   inodes_.erase(in->rec.id);
 }
 
-EntryInfo Namespace::MakeEntry(const Inode* in) const {
+void Namespace::SetLayout(Inode* in, LayoutRef layout) {
+  in->rec.layout = std::move(layout);
+  in->version = ++next_view_;
+}
+
+EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   EntryInfo e;
   const ObjectRecord& r = in->rec;
   struct stat& st = e.attr;
@@ -178,6 +184,14 @@ EntryInfo Namespace::MakeEntry(const Inode* in) const {
   st.st_uid = r.uid;
   st.st_gid = r.gid;
   uint64_t size = in->writing ? in->writing->size.load() : r.size();
+  // An open handle sees its own view: its session's content, or the version it opened.
+  const bool own_view = fh && (fh->session ? fh->session != in->writing : fh->layout != r.layout);
+  if (fh) size = fh->session ? fh->session->size.load() : (fh->layout ? fh->layout->size : 0);
+  // While readers of the published version own the page cache, a private writer's size is
+  // nobody else's business: the kernel would apply it to their i_size. The writer's handle
+  // sees its own size whenever the kernel asks with it.
+  if (!fh && in->writing && in->cache_handles > 0 && in->cache_view != in->writing->view)
+    size = in->cache_view_size;
   if (in->dir) size = 4096;
   st.st_size = static_cast<off_t>(size);
   st.st_blksize = 1 << 20;  // a hint for buffered copies (cp, Python); O_DIRECT uses f_bsize
@@ -185,7 +199,10 @@ EntryInfo Namespace::MakeEntry(const Inode* in) const {
   st.st_atim = ToTimespec(r.atime);
   st.st_mtim = ToTimespec(r.mtime);
   st.st_ctim = ToTimespec(r.ctime);
-  e.stable = in->journaled && !in->writing;
+  // Long attribute caching only when every view open on it is the published one: otherwise
+  // the kernel's one i_size serves several views and must be asked again each time.
+  e.stable = in->journaled && !in->writing && !own_view &&
+             (in->cache_handles == 0 || in->cache_view == in->version);
   return e;
 }
 
@@ -230,12 +247,12 @@ void Namespace::Forget(uint64_t ino, uint64_t n) {
   MaybeDrop(in);
 }
 
-Result<EntryInfo> Namespace::GetAttr(uint64_t ino) {
+Result<EntryInfo> Namespace::GetAttr(uint64_t ino, const FileHandle* fh) {
   std::lock_guard lock(mu_);
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
-  if (ReachedThroughStaleName(in)) return Status::Error(ESTALE, "file was removed");
-  return MakeEntry(in);
+  if (!fh && ReachedThroughStaleName(in)) return Status::Error(ESTALE, "file was removed");
+  return MakeEntry(in, fh && fh->ino == ino ? fh : nullptr);
 }
 
 bool Namespace::ReachedThroughStaleName(const Inode* in) const {
@@ -282,6 +299,7 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
   r.gid = gid;
   r.atime = r.mtime = r.ctime = Now();
   if (type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
+  in->version = ++next_view_;
   Inode* raw = in.get();
   inodes_.emplace(r.id, std::move(in));
   LinkChild(dir, r.name, raw);
@@ -486,6 +504,7 @@ void Namespace::TouchAtime(Inode* in) {
 }
 
 Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
+  if (fh && fh->ino != ino) fh = nullptr;
   // A size change goes to the open writer when there is one; on a closed file it publishes a
   // new version at once (a truncate has no close to wait for).
   std::shared_ptr<WriteSession> session;
@@ -515,7 +534,7 @@ Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, Fi
       std::lock_guard lock(mu_);
       Inode* in = Find(ino);
       if (!in) return Status::NotFound("no such inode");
-      in->rec.layout = layout;
+      SetLayout(in, layout);
       in->rec.mtime = in->rec.ctime = Now();
       if (in->linked) {
         in->journaled = true;
@@ -556,6 +575,14 @@ Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, Fi
       ticket = TakeTicket();
     }
     entry = MakeEntry(in);
+    // A truncate of a private writer's view while readers of a published version own the page
+    // cache (O_TRUNC comes here without a handle): the kernel sets i_size from this reply and
+    // cuts its cached pages to it, so the reply carries the owner's size and their pages stay
+    // intact. The writer's own fstat asks with its handle and sees its size.
+    if (req.size && session && in->cache_handles > 0 && in->cache_view != session->view) {
+      entry.attr.st_size = static_cast<off_t>(in->cache_view_size);
+      entry.stable = false;
+    }
   }
   if (!batch.puts.empty()) KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
   return entry;

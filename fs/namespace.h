@@ -34,6 +34,9 @@
 namespace kvfs::fs {
 
 constexpr size_t kNameMax = 255;
+// A file rewritten in place this recently is read with direct I/O rather than through the
+// kernel's page cache (see Namespace::ChooseCacheMode).
+constexpr int64_t kRewriteQuietSeconds = 5;
 // Names the namespace refuses in the root: the control directory lives there.
 constexpr std::string_view kControlDirName = ".kvfs";
 
@@ -54,6 +57,7 @@ struct WriteSession {
   bool dirty = false;             // written, truncated or created since the last publish
   std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
   uint32_t handles = 0;           // guarded by Namespace::mu_
+  uint64_t view = 0;              // its view's id for the page cache (Inode::cache_view)
 };
 
 struct Directory {
@@ -82,6 +86,18 @@ struct Inode {
   uint32_t opens = 0;
   std::unique_ptr<Directory> dir;         // directories only
   std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
+  // The kernel has one page cache and one i_size per inode, but readers of an old version, a
+  // private writer and readers of the new version may have the file open at once. Only one
+  // view owns the page cache: `cache_view` (the id of a published version, `version`, or of a
+  // write session) with `cache_handles` handles open on it; handles of any other view are
+  // direct I/O, so no reply about them lands in the cache (file_handle.cc).
+  uint64_t version = 0;  // id of rec.layout's content; a new id whenever it changes
+  uint64_t cache_view = 0;
+  uint64_t cache_view_size = 0;  // the size of cache_view when it is a published version
+  uint32_t cache_handles = 0;
+  // Monotonic seconds when a writer last opened this published file in place (0: never);
+  // readers that open within kRewriteQuietSeconds of it use direct I/O (file_handle.cc).
+  int64_t rewritten_at = 0;
 };
 
 // One open file: what fuse_file_info::fh points to.
@@ -98,6 +114,13 @@ struct FileHandle {
   // Opened with O_NOATIME (the kernel checked the caller may): reads leave atime alone, so a
   // backup or checksum scan does not reorder an atime-based evictor's view.
   bool noatime = false;
+  // O_APPEND: every write lands at the end of the session's content, wherever the kernel
+  // thought the end was (its i_size may describe another handle's view).
+  bool append = false;
+  // Reads and writes go through the kernel's page cache (not direct_io): the handle is one of
+  // its inode's cache_handles, on view `view`.
+  bool page_cache = false;
+  uint64_t view = 0;
 };
 
 struct EntryInfo {
@@ -129,7 +152,9 @@ class Namespace {
   // --- names and attributes (namespace.cc)
   Result<EntryInfo> Lookup(uint64_t parent, std::string_view name);  // counts a lookup
   void Forget(uint64_t ino, uint64_t n);
-  Result<EntryInfo> GetAttr(uint64_t ino);
+  // With `fh` (fstat, or the kernel refreshing i_size for an open file): that handle's view,
+  // e.g. the version a reader opened, though a newer one is published since.
+  Result<EntryInfo> GetAttr(uint64_t ino, const FileHandle* fh = nullptr);
   Result<EntryInfo> SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh);
   Result<EntryInfo> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
                           uint32_t gid);
@@ -216,7 +241,11 @@ class Namespace {
   // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
   // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
   void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);
-  EntryInfo MakeEntry(const Inode* in) const;  // mu_ held
+  EntryInfo MakeEntry(const Inode* in, const FileHandle* fh = nullptr) const;  // mu_ held
+  // mu_ held: installs a new published content (a new version id for the page cache).
+  void SetLayout(Inode* in, LayoutRef layout);
+  // mu_ held: decides direct_io/keep_cache of a handle opening on `view` (file_handle.cc).
+  void ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view);
   Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,
                           uint32_t uid, uint32_t gid);  // mu_ held
   Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
@@ -238,6 +267,7 @@ class Namespace {
   std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
   uint64_t next_ticket_ = 0;
+  uint64_t next_view_ = 0;  // ids of versions and write sessions (Inode::cache_view)
   std::mutex apply_mu_;
   std::condition_variable apply_cv_;
   uint64_t serving_ticket_ = 0;

@@ -83,6 +83,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     if (!ClaimNameLocked(dir, rec.name, rec.id, stale)) return;
     auto fresh = std::make_unique<Inode>();
     fresh->rec = rec;
+    fresh->version = ++next_view_;
     fresh->journaled = true;
     if (rec.type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
     in = fresh.get();
@@ -105,6 +106,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     const bool attrs = !SameAttrs(in->rec, rec);
     // A local writer's open session stays as it is; its close publishes over this version.
     in->rec = rec;
+    if (new_version) in->version = ++next_view_;
     in->journaled = true;
     if (new_version) {
       stale.inodes.emplace_back(rec.id, true);

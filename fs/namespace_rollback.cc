@@ -38,6 +38,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
       if (!in) {
         // An unlink that never became durable: the inode comes back.
         auto fresh = std::make_unique<Inode>();
+        fresh->version = ++next_view_;
         if (record->type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
         fresh->linked = false;
         in = fresh.get();
@@ -48,6 +49,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
       data_changed = in->rec.layout != record->layout;
       if (!same_place) unlink(in);
       in->rec = *record;
+      if (data_changed) in->version = ++next_view_;
       in->journaled = true;
       if (!same_place && dir && dir->dir) {
         if (Inode* occupant = Child(dir, record->name); occupant && occupant != in) {

@@ -214,5 +214,113 @@ class WriteLargerThanCacheTest(unittest.TestCase):
             self.assertGreater(m.status()["evictions"], 0)
 
 
+
+class AppendTest(unittest.TestCase):
+    """Item 3: O_APPEND lands at the end of the writer's content, whatever an old-version
+    reader's short read did to the kernel's idea of the size."""
+
+    def test_append_after_an_old_reader_hit_eof(self):
+        with KvfsMount(capacity="64M") as m:
+            p = m.path("a")
+            with open(p, "wb") as f:
+                f.write(b"x" * 8192)
+            r = os.open(p, os.O_RDONLY)
+            a = os.open(p, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(a, b"y" * 100000)
+                os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)
+                self.assertEqual(os.pread(r, 65536, 8192), b"")  # r reads its version
+                os.write(a, b"z" * 4096)
+                rw = os.open(p, os.O_RDWR)  # joins the writer: sees everything written
+                try:
+                    self.assertEqual(len(read_all(rw)), 8192 + 100000 + 4096)
+                finally:
+                    os.close(rw)
+            finally:
+                os.close(a)
+                os.close(r)
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(), b"x" * 8192 + b"y" * 100000 + b"z" * 4096)
+
+    def test_two_appenders_never_overwrite_each_other(self):
+        with KvfsMount(capacity="64M") as m:
+            p = m.path("log")
+            with open(p, "wb") as f:
+                f.write(b"start\n")
+            a = os.open(p, os.O_WRONLY | os.O_APPEND)
+            b = os.open(p, os.O_WRONLY | os.O_APPEND)
+            try:
+                for i in range(50):
+                    os.write(a if i % 2 else b, f"line {i:03d}\n".encode())
+            finally:
+                os.close(a)
+                os.close(b)
+            with open(p, "rb") as f:
+                lines = f.read().split(b"\n")
+            self.assertEqual(lines[0], b"start")
+            self.assertEqual(sorted(lines[1:-1]), [f"line {i:03d}".encode() for i in range(50)])
+
+
+def version_bytes(v: int) -> bytes:
+    size = (1 << 20) + (v % 7) * 65536 + 123
+    head = v.to_bytes(8, "little")
+    return (head + chunk_bytes(f"v{v}", size))[:size]
+
+
+class InPlaceRewriteTest(unittest.TestCase):
+    """Item 10: readers of a file rewritten in place with O_TRUNC get the old or the new
+    complete version, never an empty, short or mixed one."""
+
+    def run_rewrites(self, flags: int, seconds: float = 4.0, readers: int = 3):
+        import threading
+        with KvfsMount(capacity="128M") as m:
+            p = m.path("f")
+            with open(p, "wb") as f:
+                f.write(version_bytes(0))
+            stop = time.monotonic() + seconds
+            seen = {"complete": 0, "bad": []}
+            lock = threading.Lock()
+
+            def writer():
+                v = 1
+                while time.monotonic() < stop:
+                    data = version_bytes(v)
+                    fd = os.open(p, os.O_WRONLY | flags)
+                    try:
+                        if not flags & os.O_TRUNC:
+                            os.ftruncate(fd, 0)
+                        for off in range(0, len(data), 1 << 18):
+                            os.write(fd, data[off:off + (1 << 18)])
+                    finally:
+                        os.close(fd)
+                    v += 1
+
+            def reader():
+                while time.monotonic() < stop:
+                    with open(p, "rb") as f:
+                        d = f.read()
+                    ok = len(d) >= 8 and d == version_bytes(int.from_bytes(d[:8], "little"))
+                    with lock:
+                        if ok:
+                            seen["complete"] += 1
+                        else:
+                            seen["bad"].append(len(d))
+
+            threads = [threading.Thread(target=writer)]
+            threads += [threading.Thread(target=reader) for _ in range(readers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertGreater(seen["complete"], 100)
+            self.assertEqual(seen["bad"], [], f"{len(seen['bad'])} reads saw no complete version")
+
+    def test_o_trunc_rewrite_under_readers(self):
+        self.run_rewrites(os.O_TRUNC)
+
+    def test_ftruncate_rewrite_under_readers(self):
+        self.run_rewrites(0)
+
+
 if __name__ == "__main__":
     unittest.main()
