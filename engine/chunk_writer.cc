@@ -21,10 +21,10 @@ EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutR
       first_device_(ctx_->NextFirstDevice()) {
   if (base_) {
     size_ = base_->size;
-    slots_.resize(base_->segments.size());
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      slots_[i].kind = Kind::kBase;
-      slots_[i].seg = base_->segments[i];
+    for (const Segment& seg : base_->segments) {
+      Slot& slot = slots_[seg.index];
+      slot.kind = Kind::kBase;
+      slot.seg = seg;
     }
     if (!base_->segments.empty()) {
       first_device_ = static_cast<uint16_t>(base_->segments[0].device);
@@ -34,7 +34,7 @@ EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutR
 
 EngineChunkWriter::~EngineChunkWriter() {
   Drain();
-  for (Slot& s : slots_) {
+  for (auto& [index, s] : slots_) {
     if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
     ClearOverflow(s);
   }
@@ -63,8 +63,7 @@ uint64_t EngineChunkWriter::NeedFrom(const std::vector<size_t>& indexes, size_t 
 }
 
 uint32_t EngineChunkWriter::RawLen(size_t index) const {
-  const uint64_t start = static_cast<uint64_t>(index) * seg_size_;
-  return static_cast<uint32_t>(std::min<uint64_t>(seg_size_, size_ - start));
+  return SegmentRawLen(size_, index, seg_size_);
 }
 
 EngineChunkWriter::Buffer EngineChunkWriter::TakeBuffer() {
@@ -128,13 +127,13 @@ void EngineChunkWriter::OnWritten(uint64_t index, Status st) {
 
 void EngineChunkWriter::Resize(uint64_t new_size) {
   Drain();
-  const size_t count = static_cast<size_t>((new_size + seg_size_ - 1) / seg_size_);
-  for (size_t i = count; i < slots_.size(); ++i) {
-    if (slots_[i].kind == Kind::kOwned) ctx_->space().Release(slots_[i].seg);
-    if (slots_[i].buf) GiveBuffer(std::move(slots_[i].buf));
-    ClearOverflow(slots_[i]);
+  const uint64_t count = (new_size + seg_size_ - 1) / seg_size_;
+  for (auto it = slots_.lower_bound(count); it != slots_.end(); it = slots_.erase(it)) {
+    Slot& s = it->second;
+    if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
+    if (s.buf) GiveBuffer(std::move(s.buf));
+    ClearOverflow(s);
   }
-  slots_.resize(count);
   size_ = new_size;
 }
 
@@ -210,6 +209,7 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& all_indexes, bool asyn
       std::memset(scratch + enc.stored_len, 0, padded - enc.stored_len);
     }
     Segment seg;
+    seg.index = static_cast<uint32_t>(indexes[k]);
     seg.codec = enc.codec;
     seg.stored_len = enc.stored_len;
     seg.raw_len = raw_len;
@@ -307,7 +307,12 @@ Result<size_t> EngineChunkWriter::Read(uint64_t offset, void* out, size_t len) {
     const uint32_t from = static_cast<uint32_t>(std::max(offset, seg_start) - seg_start);
     const uint32_t to = static_cast<uint32_t>(std::min<uint64_t>(end - seg_start, seg_size_));
     uint8_t* d = dst + (seg_start + from - offset);
-    const Slot& s = slots_[j];
+    auto it = slots_.find(j);
+    if (it == slots_.end()) {  // a hole: zeros
+      std::memset(d, 0, to - from);
+      continue;
+    }
+    const Slot& s = it->second;
     if (s.kind == Kind::kDirty) {
       std::memcpy(d, s.buf.get() + from, to - from);
     } else if (s.kind == Kind::kHole || from >= s.seg.raw_len) {
@@ -334,10 +339,11 @@ Status EngineChunkWriter::Truncate(uint64_t size) {
   }
   Resize(size);
   const uint32_t tail = static_cast<uint32_t>(size % seg_size_);
-  if (tail != 0) {
-    Slot& last = slots_.back();
+  auto it = slots_.find(SegmentCount() - 1);
+  if (tail != 0 && it != slots_.end()) {
+    Slot& last = it->second;
     if (last.kind != Kind::kHole && last.kind != Kind::kDirty && last.seg.raw_len > tail) {
-      KVFS_RETURN_IF_ERROR(Load(slots_.size() - 1));
+      KVFS_RETURN_IF_ERROR(Load(it->first));
     }
     if (last.kind == Kind::kDirty) {
       std::memset(last.buf.get() + tail, 0, buf_bytes_ - tail);
@@ -352,28 +358,29 @@ Result<LayoutRef> EngineChunkWriter::Finish() {
   // or shrank around are rewritten, untouched holes become extent-less zero segments.
   Drain();
   std::vector<size_t> to_seal;
-  for (size_t j = 0; j < slots_.size(); ++j) {
-    Slot& s = slots_[j];
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    const uint64_t j = it->first;
+    Slot& s = it->second;
+    // Holes, and stored zero segments of older versions, are simply left out of the layout.
+    if (s.kind == Kind::kHole || (s.kind == Kind::kBase && s.seg.stored_len == 0)) {
+      it = slots_.erase(it);
+      continue;
+    }
     if ((s.kind == Kind::kBase || s.kind == Kind::kOwned) && s.seg.raw_len != RawLen(j)) {
       KVFS_RETURN_IF_ERROR(Load(j));
     }
     if (s.kind == Kind::kDirty) to_seal.push_back(j);
+    ++it;
   }
   KVFS_RETURN_IF_ERROR(Seal(to_seal, false));
 
   auto layout = std::make_unique<Layout>();
   layout->size = size_;
   layout->segments.reserve(slots_.size());
-  for (size_t j = 0; j < slots_.size(); ++j) {
-    Slot& s = slots_[j];
-    if (s.kind == Kind::kHole) {
-      s.seg = Segment{};
-      s.seg.raw_len = RawLen(j);
-      s.seg.checksum = SegmentCodec::Checksum(nullptr, 0);
-    } else if (s.kind == Kind::kBase) {
-      ctx_->space().AddRef(s.seg);  // shared with the base layout
-    }
+  for (auto& [j, s] : slots_) {
+    if (s.kind == Kind::kBase) ctx_->space().AddRef(s.seg);  // shared with the base layout
     // kOwned: the writer's reference passes to the new layout.
+    s.seg.index = static_cast<uint32_t>(j);
     layout->segments.push_back(s.seg);
     s.kind = Kind::kBase;
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,7 @@ class EngineChunkWriter : public ChunkWriter {
   };
 
   uint32_t RawLen(size_t index) const;
+  uint64_t SegmentCount() const { return (size_ + seg_size_ - 1) / seg_size_; }
   Buffer TakeBuffer();
   void GiveBuffer(Buffer buf);
   Status Load(size_t index);  // makes slot `index` dirty
@@ -78,7 +80,9 @@ class EngineChunkWriter : public ChunkWriter {
   // A write failed with ENOSPC: at close this version is stored only if it fits without
   // evicting anything (a failed write must not empty the cache for a partial file).
   bool no_evict_ = false;
-  std::vector<Slot> slots_;
+  // By segment index; only segments the base stores or this writer touched have a slot, so a
+  // sparse file (truncate -s 8T) costs nothing for its holes.
+  std::map<uint64_t, Slot> slots_;
   std::vector<Buffer> spare_;    // reusable segment buffers
   std::vector<Buffer> scratch_;  // lz4 output buffers, reusable
   // The streaming writes' own ring: FUSE calls a file from several threads, one at a time, so

@@ -14,6 +14,7 @@
 #include "local_engine_impl.h"
 #include "policy_state.h"
 #include "record_codec.h"
+#include "segment_codec.h"
 
 namespace kvfs {
 
@@ -36,9 +37,7 @@ Status LocalEngineImpl::Validate(const MetaBatch& batch) const {
       return Status::Invalid("layout of object " + std::to_string(rec.id) +
                              " was not made by this engine");
     }
-    if (rec.layout->segments.size() != (rec.layout->size + seg - 1) / seg) {
-      return Status::Invalid("layout segment count does not match its size");
-    }
+    KVFS_RETURN_IF_ERROR(CheckLayoutShape(*rec.layout, seg));
   }
   for (ObjectId id : batch.removes) {
     if (id == kInvalidId || id == kRootId) return Status::Invalid("cannot remove the root");

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "chunk_writer.h"
 #include "local_engine_impl.h"
@@ -47,8 +48,10 @@ Status LocalEngineImpl::Verify(const LayoutRef& layout) {
   if (!layout) return Status::Ok();
   const uint64_t seg = options_.segment_size;
   std::vector<uint8_t> buf(seg);
-  for (uint64_t off = 0; off < layout->size; off += seg) {
-    Result<size_t> r = Read(layout, off, buf.data(), buf.size());
+  // Only what is stored: holes hold nothing to check, however large the file.
+  for (const Segment& s : layout->segments) {
+    if (s.stored_len == 0) continue;
+    Result<size_t> r = Read(layout, uint64_t{s.index} * seg, buf.data(), buf.size());
     if (!r.ok()) return r.status();
   }
   return Status::Ok();
@@ -87,18 +90,19 @@ Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t of
   if (!ctx_->space().Owns(layout)) return Status::Invalid("layout was not made by this engine");
   const uint64_t seg = options_.segment_size;
   const uint64_t end = std::min<uint64_t>(layout->size, offset + len);
-  if (layout->segments.size() != (layout->size + seg - 1) / seg) {
-    return Status::Invalid("layout segment count does not match its size");
-  }
   std::vector<SegmentRead> reads;
   auto* dst = static_cast<uint8_t*>(out);
   for (uint64_t j = offset / seg; j * seg < end; ++j) {
-    const Segment& s = layout->segments[j];
     const uint64_t start = j * seg;
     const uint32_t from = static_cast<uint32_t>(std::max(offset, start) - start);
     const uint32_t to = static_cast<uint32_t>(std::min(end - start, seg));
-    if (to > s.raw_len) return Status::Corruption("segment shorter than the layout says");
-    reads.push_back({&s, from, to - from, dst + (start + from - offset)});
+    const Segment* s = layout->Find(j);
+    if (!s) {  // a hole
+      std::memset(dst + (start + from - offset), 0, to - from);
+      continue;
+    }
+    if (to > s->raw_len) return Status::Corruption("segment shorter than the layout says");
+    reads.push_back({s, from, to - from, dst + (start + from - offset)});
   }
   ctx_->counters().reads.fetch_add(1);
   KVFS_RETURN_IF_ERROR(ctx_->ReadSegments(reads));

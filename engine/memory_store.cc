@@ -6,12 +6,17 @@
 namespace kvfs {
 namespace {
 
+// The in-memory store (tests, --store memory) keeps every byte, holes included: files are
+// capped rather than allowed to exhaust memory.
+constexpr uint64_t kMaxMemoryFile = 4ull << 30;
+
 class MemoryWriter : public ChunkWriter {
  public:
   explicit MemoryWriter(const LayoutRef& base) {
     if (base) data_ = static_cast<const MemoryLayout&>(*base).data;
   }
   Status Write(uint64_t offset, const void* data, size_t len) override {
+    if (offset + len > kMaxMemoryFile || offset + len < offset) return TooBig();
     if (offset + len > data_.size()) data_.resize(offset + len, '\0');
     std::memcpy(data_.data() + offset, data, len);
     dirty_ = true;
@@ -24,12 +29,14 @@ class MemoryWriter : public ChunkWriter {
     return n;
   }
   Status Truncate(uint64_t size) override {
+    if (size > kMaxMemoryFile) return TooBig();
     data_.resize(size, '\0');
     dirty_ = true;
     return Status::Ok();
   }
   uint64_t size() const override { return data_.size(); }
   bool dirty() const override { return dirty_; }
+  static Status TooBig() { return Status::Error(EFBIG, "the memory store keeps files up to 4 GiB"); }
   Result<LayoutRef> Finish() override {
     auto layout = std::make_shared<MemoryLayout>();
     layout->size = data_.size();

@@ -106,15 +106,16 @@ Status SegmentReadAhead::EnsureRing() {
 }
 
 Status SegmentReadAhead::Start(uint64_t segment, Slot* slot) {
-  const Segment& seg = layout_->segments[segment];
   slot->segment = segment;
-  if (seg.stored_len == 0) {  // a hole: zeros, no device read
+  const Segment* found = layout_->Find(segment);
+  if (!found || found->stored_len == 0) {  // a hole: zeros, no device read
     if (!slot->decoded) slot->decoded = AlignedBuffer(seg_size_);
-    std::memset(slot->decoded.get(), 0, seg.raw_len);
+    std::memset(slot->decoded.get(), 0, SegmentRawLen(layout_->size, segment, seg_size_));
     slot->served = slot->decoded;
     slot->state = Slot::State::kReady;
     return Status::Ok();
   }
+  const Segment& seg = *found;
   KVFS_RETURN_IF_ERROR(ctx_->space().CheckBounds(seg));
   if (seg.stored_len > ctx_->ring_config().buffer_bytes) {
     return Status::Invalid("segment larger than the engine's segment size");
@@ -138,7 +139,7 @@ void SegmentReadAhead::Complete(uint64_t token, Status st) {
   if (token >= slots_.size()) return;
   Slot& slot = *slots_[token];
   if (slot.state != Slot::State::kInFlight) return;
-  const Segment& seg = layout_->segments[slot.segment];
+  const Segment& seg = *layout_->Find(slot.segment);  // in flight: a stored segment
   if (st.ok()) {
     ctx_->counters().bytes_read.fetch_add(seg.stored_len);
     if (seg.codec == Codec::kNone && seg.stored_len == seg.raw_len &&
@@ -168,9 +169,7 @@ Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
   if (offset >= layout.size || len == 0) return view;
   const uint64_t end = std::min<uint64_t>(layout.size, offset + len);
   const uint64_t first = offset / seg_size_, last = (end - 1) / seg_size_;
-  if (layout.segments.size() != (layout.size + seg_size_ - 1) / seg_size_) {
-    return Status::Invalid("layout segment count does not match its size");
-  }
+  const uint64_t count = (layout.size + seg_size_ - 1) / seg_size_;
   ctx_->counters().reads.fetch_add(1);
   std::lock_guard lock(mu_);
   // The kernel's readahead sends several READs at once and threads may take them out of order:
@@ -201,7 +200,7 @@ Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
   // Keep the next segments in flight while this request is answered (bounded per reader by
   // the window and over all readers by the budget).
   if (sequential_ > 0) {
-    const uint64_t stop = std::min<uint64_t>(last + depth_, layout.segments.size() - 1);
+    const uint64_t stop = std::min<uint64_t>(last + depth_, count - 1);
     for (uint64_t k = last + 1; k <= stop; ++k) {
       if (Find(k)) continue;
       if (counters_->buffered_bytes.load() > counters_->budget_bytes) break;
@@ -216,11 +215,11 @@ Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
   for (uint64_t k = first; k <= last; ++k) {
     Slot* slot = wanted[k - first];
     KVFS_RETURN_IF_ERROR(WaitFor(slot));
-    const Segment& seg = layout.segments[k];
     const uint64_t start = k * seg_size_;
     const uint64_t from = std::max(offset, start) - start;
     const uint64_t to = std::min<uint64_t>(end - start, seg_size_);
-    if (to > seg.raw_len) return Status::Corruption("segment shorter than the layout says");
+    const Segment* seg = layout.Find(k);
+    if (seg && to > seg->raw_len) return Status::Corruption("segment shorter than the layout says");
     view.spans.push_back({slot->served.get() + from, static_cast<size_t>(to - from)});
     view.holds.push_back(slot->served);
     view.size += to - from;

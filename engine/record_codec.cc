@@ -33,11 +33,18 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
   w.U32(rec.flags);
   w.Str(rec.symlink_target);
   w.U64(rec.prefix_parent);
-  w.U8(rec.layout ? 1 : 0);
+  // 1: dense (segment i has index i), 2: sparse (each segment says its index).
+  bool dense = true;
+  if (rec.layout) {
+    for (size_t i = 0; i < rec.layout->segments.size() && dense; ++i)
+      dense = rec.layout->segments[i].index == i;
+  }
+  w.U8(!rec.layout ? 0 : dense ? 1 : 2);
   if (!rec.layout) return;
   w.U64(rec.layout->size);
   w.U32(static_cast<uint32_t>(rec.layout->segments.size()));
   for (const Segment& s : rec.layout->segments) {
+    if (!dense) w.U32(s.index);
     w.U16(s.device);
     w.U8(static_cast<uint8_t>(s.codec));
     w.U64(s.offset);
@@ -65,13 +72,19 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
   rec.symlink_target = r.Str(kMaxName);
   rec.prefix_parent = r.U64();
   const uint8_t has_layout = r.U8();
-  if (has_layout == 1) {
+  if (has_layout == 1 || has_layout == 2) {
+    const bool sparse = has_layout == 2;
     auto layout = std::make_unique<Layout>();
     layout->size = r.U64();
     const uint32_t n = r.U32();
-    if (n > kMaxSegments || n > r.remaining() / 27) return false;
+    if (n > kMaxSegments || n > r.remaining() / (sparse ? 31 : 27)) return false;
     layout->segments.resize(n);
+    uint64_t next = 0;
     for (Segment& s : layout->segments) {
+      const uint64_t index = sparse ? r.U32() : next;
+      if (index < next) return false;  // indexes strictly ascend
+      s.index = static_cast<uint32_t>(index);
+      next = index + 1;
       s.device = r.U16();
       const uint8_t codec = r.U8();
       if (codec > 1) return false;

@@ -3,10 +3,33 @@
 #include <lz4.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 namespace kvfs {
+
+uint32_t SegmentRawLen(uint64_t size, uint64_t index, uint32_t segment_size) {
+  const uint64_t start = index * segment_size;
+  return start >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(segment_size, size - start));
+}
+
+Status CheckLayoutShape(const Layout& layout, uint32_t segment_size) {
+  const uint64_t count = (layout.size + segment_size - 1) / segment_size;
+  uint64_t next = 0;  // the smallest index the next segment may have
+  for (const Segment& s : layout.segments) {
+    if (s.index < next || s.index >= count) {
+      return Status::Invalid("layout segment " + std::to_string(s.index) +
+                             " is out of order or past the end of the file");
+    }
+    if (s.raw_len != SegmentRawLen(layout.size, s.index, segment_size)) {
+      return Status::Invalid("layout segment " + std::to_string(s.index) + " holds " +
+                             std::to_string(s.raw_len) + " bytes, not its share of the file");
+    }
+    next = uint64_t{s.index} + 1;
+  }
+  return Status::Ok();
+}
 
 size_t SegmentCodec::ScratchSize(uint32_t segment_size) {
   return static_cast<size_t>(LZ4_compressBound(static_cast<int>(segment_size))) + 4096;

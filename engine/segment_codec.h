@@ -20,6 +20,12 @@ struct EncodedSegment {
   uint64_t checksum = 0;
 };
 
+// Raw bytes of segment `index` in a file of `size` bytes (0 past the end).
+uint32_t SegmentRawLen(uint64_t size, uint64_t index, uint32_t segment_size);
+// Checks what every reader relies on: segments in strictly ascending index order, each inside
+// the file and holding exactly its share of raw bytes. EINVAL otherwise.
+Status CheckLayoutShape(const Layout& layout, uint32_t segment_size);
+
 class SegmentCodec {
  public:
   // Scratch bytes Encode needs for a segment of `segment_size` raw bytes.

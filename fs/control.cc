@@ -253,7 +253,8 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
   std::set<uint16_t> used;
   if (rec.layout) {
     for (const auto& seg : rec.layout->segments) {
-      segments.push_back({{"device", seg.device},
+      segments.push_back({{"index", seg.index},
+                          {"device", seg.device},
                           {"offset", seg.offset},
                           {"stored_len", seg.stored_len},
                           {"raw_len", seg.raw_len},

@@ -3,6 +3,7 @@
 // symlink; the namespace is the set of (parent, name) pairs in these records.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,17 +22,28 @@ enum class Codec : uint8_t { kNone = 0, kLz4 = 1 };
 struct Segment {
   uint16_t device = 0;  // index into the engine's device list
   Codec codec = Codec::kNone;
+  uint32_t index = 0;       // its place in the file: raw bytes [index * S, ...), S = segment size
   uint64_t offset = 0;      // byte offset on the device, 4 KiB aligned
   uint32_t stored_len = 0;  // bytes of payload on the device (extent is this rounded up to 4 KiB)
   uint32_t raw_len = 0;     // bytes after decoding
   uint64_t checksum = 0;    // XXH3_64bits of the stored payload
 };
 
-// The immutable content of one published file version. Segments are in file order; every
-// segment but the last holds exactly the engine's segment size of raw bytes.
+// The immutable content of one published file version. Segments are in ascending index order;
+// segment i holds raw bytes [i * S, min((i + 1) * S, size)) of the file. An index with no
+// segment is a hole (zeros, nothing stored), so a sparse file costs what was written, not its
+// size. A file written from start to end has segments[i].index == i.
 struct Layout {
   uint64_t size = 0;
   std::vector<Segment> segments;
+
+  // The segment with this index, or null when that part of the file is a hole.
+  const Segment* Find(uint64_t index) const {
+    if (index < segments.size() && segments[index].index == index) return &segments[index];
+    auto it = std::lower_bound(segments.begin(), segments.end(), index,
+                               [](const Segment& s, uint64_t i) { return s.index < i; });
+    return it != segments.end() && it->index == index ? &*it : nullptr;
+  }
 };
 
 // A Layout is shared by the index and by every open reader. Its extents return to the allocator

@@ -322,5 +322,80 @@ class InPlaceRewriteTest(unittest.TestCase):
         self.run_rewrites(0)
 
 
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def data_dir_bytes(m: KvfsMount) -> int:
+    """Bytes of the journal and checkpoint files (not the preallocated device)."""
+    total = 0
+    for name in os.listdir(m.data):
+        if name.startswith(("journal-", "checkpoint")):
+            total += os.path.getsize(os.path.join(m.data, name))
+    return total
+
+
+class SparseFileTest(unittest.TestCase):
+    """Item 5: a sparse file costs memory, journal and time by the data written, not its size."""
+
+    TiB = 1 << 40
+
+    def test_huge_sparse_files_cost_what_was_written(self):
+        with KvfsMount(capacity="512M") as m:
+            rss_before = rss_kib(m.pid)
+            meta_before = data_dir_bytes(m)
+            for i in range(5):
+                p = m.path(f"sparse{i}")
+                subprocess.run(["truncate", "-s", "8T", p], check=True)
+                # One byte at the very end, and one in the middle: holes on both sides.
+                with open(p, "r+b") as f:
+                    f.seek(8 * self.TiB - 1)
+                    f.write(b"E")
+                    f.seek(3 * self.TiB + 12345)
+                    f.write(b"middle")
+            self.assertLess(rss_kib(m.pid) - rss_before, 64 * 1024, "daemon memory grew by size")
+            self.assertLess(data_dir_bytes(m) - meta_before, 1 << 20, "journal grew by size")
+            p = m.path("sparse3")
+            st = os.stat(p)
+            self.assertEqual(st.st_size, 8 * self.TiB)
+            self.assertLess(st.st_blocks * 512, 8 << 20)  # du counts the two written segments
+            with open(p, "rb") as f:
+                f.seek(8 * self.TiB - 4096)
+                self.assertEqual(f.read(), b"\0" * 4095 + b"E")
+                f.seek(3 * self.TiB + 12345 - 10)
+                self.assertEqual(f.read(26), b"\0" * 10 + b"middle" + b"\0" * 10)
+                f.seek(5 * self.TiB)
+                self.assertEqual(f.read(1 << 20), b"\0" * (1 << 20))
+            r = m.kvfsctl("verify", p)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            # The holes survive a restart as holes, and the bytes as bytes.
+            m.remount()
+            self.assertLess(rss_kib(m.pid), 256 * 1024)
+            with open(p, "rb") as f:
+                f.seek(8 * self.TiB - 1)
+                self.assertEqual(f.read(), b"E")
+                f.seek(3 * self.TiB + 12345)
+                self.assertEqual(f.read(6), b"middle")
+            self.assertEqual(os.stat(m.path("sparse0")).st_size, 8 * self.TiB)
+
+    def test_shrinking_a_sparse_file_and_growing_it_again(self):
+        with KvfsMount(capacity="128M") as m:
+            p = m.path("f")
+            data = chunk_bytes("f", 3 << 20)
+            with open(p, "wb") as f:
+                f.write(data)
+            os.truncate(p, 1 << 40)
+            os.truncate(p, (2 << 20) + 5)  # cuts into the third segment
+            os.truncate(p, 10 << 20)
+            with open(p, "rb") as f:
+                got = f.read()
+            self.assertEqual(got, data[:(2 << 20) + 5] + b"\0" * ((10 << 20) - (2 << 20) - 5))
+
+
 if __name__ == "__main__":
     unittest.main()
