@@ -1,67 +1,37 @@
 #include "atomic_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "journal.h"
-
 namespace kvfs {
-namespace {
 
-Status ErrnoStatus(const std::string& what) {
-  return Status::Error(errno == ENOSPC ? ENOSPC : EIO, what + ": " + std::strerror(errno));
-}
-
-}  // namespace
-
-Status WriteFileAtomically(const std::string& dir, const std::string& name,
+Status WriteFileAtomically(FileSystem& fs, const std::string& dir, const std::string& name,
                            std::string_view bytes) {
   const std::string tmp = dir + "/" + name + ".tmp";
   const std::string final_path = dir + "/" + name;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create " + tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status st = ErrnoStatus("write " + tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return st;
-    }
-    done += static_cast<size_t>(n);
+  Status st;
+  {
+    auto file = fs.Open(tmp, {.write = true, .create = true, .truncate = true});
+    if (!file.ok()) return file.status();
+    st = (*file)->WriteAt(bytes.data(), bytes.size(), 0);
+    if (st.ok()) st = (*file)->DataSync();
   }
-  if (::fsync(fd) != 0) {
-    Status st = ErrnoStatus("fsync " + tmp);
-    ::close(fd);
+  if (st.ok()) st = fs.Rename(tmp, final_path);
+  if (!st.ok()) {
+    (void)fs.Unlink(tmp);  // a full disk must not keep a half-written copy around
     return st;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
-  return SyncDirectory(dir);
+  return fs.SyncDir(dir);
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error(errno == ENOENT ? ENOENT : EIO, "open " + path);
+Result<std::string> ReadWholeFile(FileSystem& fs, const std::string& path) {
+  KVFS_ASSIGN_OR_RETURN(auto file, fs.Open(path, {}));
   std::string data;
-  char buf[1 << 16];
+  uint64_t offset = 0;
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status st = ErrnoStatus("read " + path);
-      ::close(fd);
-      return st;
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
+    data.resize(offset + (1 << 16));
+    KVFS_ASSIGN_OR_RETURN(size_t n, file->ReadSome(data.data() + offset, 1 << 16, offset));
+    offset += n;
+    if (n < (1u << 16)) break;
   }
-  ::close(fd);
+  data.resize(offset);
   return data;
 }
 

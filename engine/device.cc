@@ -1,10 +1,6 @@
 #include "device.h"
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <cerrno>
@@ -19,7 +15,6 @@ namespace {
 
 constexpr uint64_t kSuperblockMagic = 0x3156454453465654ull;  // "TVFSDEV1" little-endian
 
-std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 struct AlignedBlock {
   AlignedBlock() { p = static_cast<uint8_t*>(std::aligned_alloc(4096, kSuperblockSize)); }
@@ -80,90 +75,90 @@ Result<Superblock> Superblock::Decode(const uint8_t in[kSuperblockSize], const s
   return sb;
 }
 
-Device::~Device() {
-  if (fd_ >= 0) ::close(fd_);
+Device::~Device() = default;
+
+Status Device::WriteSuperblock(uint64_t offset) const {
+  AlignedBlock block;
+  sb_.EncodeTo(block.p);
+  KVFS_RETURN_IF_ERROR(PwriteFull(block.p, kSuperblockSize, offset));
+  return DataSync();
 }
 
-Result<std::unique_ptr<Device>> Device::OpenExisting(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return Status::Error(errno, Errno("cannot open device " + path, errno));
-  std::unique_ptr<Device> dev(new Device(fd, path, {}));
-  AlignedBlock block;
-  KVFS_RETURN_IF_ERROR(dev->PreadFull(block.p, kSuperblockSize, 0));
-  KVFS_ASSIGN_OR_RETURN(dev->sb_, Superblock::Decode(block.p, path));
-  struct stat st {};
-  if (::fstat(fd, &st) == 0) {
-    uint64_t real = static_cast<uint64_t>(st.st_size);
-    if (S_ISBLK(st.st_mode)) ::ioctl(fd, BLKGETSIZE64, &real);
-    if (real < dev->sb_.size) {
-      return Status::Corruption(path + " is smaller than its superblock says");
+Result<std::unique_ptr<Device>> Device::OpenExisting(FileSystem& fs, const std::string& path) {
+  auto file = fs.Open(path, {.write = true, .direct = true});
+  if (!file.ok()) {
+    return Status::Error(file.status().err(), "cannot open device: " + file.status().message());
+  }
+  std::unique_ptr<Device> dev(new Device(std::move(file).value(), path, {}));
+  AlignedBlock primary, backup;
+  KVFS_RETURN_IF_ERROR(dev->PreadFull(primary.p, kSuperblockSize, 0));
+  auto sb = Superblock::Decode(primary.p, path);
+  const bool backup_read = dev->PreadFull(backup.p, kSuperblockSize, kBackupSuperblockOffset).ok();
+  auto sb_backup = backup_read ? Superblock::Decode(backup.p, path + " (backup superblock)")
+                               : Result<Superblock>(Status::IoError("unreadable"));
+  if (!sb.ok()) {
+    // Not a kvfs device at all (no magic in either copy) keeps its own message.
+    if (!sb_backup.ok()) return sb.status();
+    spdlog::error("engine: {}; restored from the backup copy at {}", sb.status().message(),
+                  kBackupSuperblockOffset);
+    dev->sb_ = *sb_backup;
+    dev->repaired_ = true;
+    if (Status st = dev->WriteSuperblock(0); !st.ok()) {
+      spdlog::error("engine: cannot rewrite the superblock of {}: {}", path, st.ToString());
     }
+  } else {
+    dev->sb_ = *sb;
+    if (!sb_backup.ok() || std::memcmp(primary.p, backup.p, kSuperblockSize) != 0) {
+      // Made before the backup copy existed, or the copy itself was damaged.
+      if (Status st = dev->WriteSuperblock(kBackupSuperblockOffset); !st.ok()) {
+        spdlog::warn("engine: cannot write the backup superblock of {}: {}", path, st.ToString());
+      }
+    }
+  }
+  if (auto real = dev->file_->Size(); real.ok() && *real < dev->sb_.size) {
+    return Status::Corruption(path + " is smaller than its superblock says");
   }
   return dev;
 }
 
-Result<std::unique_ptr<Device>> Device::Create(const std::string& path, uint64_t size,
-                                               const Superblock& sb_in) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(errno, Errno("cannot create device " + path, errno));
-  std::unique_ptr<Device> dev(new Device(fd, path, sb_in));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Status::Error(errno, Errno("stat " + path, errno));
-  if (S_ISBLK(st.st_mode)) {
-    uint64_t real = 0;
-    if (::ioctl(fd, BLKGETSIZE64, &real) != 0) {
-      return Status::Error(errno, Errno("BLKGETSIZE64 " + path, errno));
-    }
+Result<std::unique_ptr<Device>> Device::Create(FileSystem& fs, const std::string& path,
+                                               uint64_t size, const Superblock& sb_in) {
+  auto file = fs.Open(path, {.write = true, .create = true, .direct = true});
+  if (!file.ok()) {
+    return Status::Error(file.status().err(), "cannot create device: " + file.status().message());
+  }
+  std::unique_ptr<Device> dev(new Device(std::move(file).value(), path, sb_in));
+  if (dev->file_->IsBlockDevice()) {
+    KVFS_ASSIGN_OR_RETURN(uint64_t real, dev->file_->Size());
     if (size == 0 || size > real) size = real;
   } else {
     if (size == 0) return Status::Invalid("device " + path + " needs a size");
-    int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(size));
-    if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
-      rc = ::ftruncate(fd, static_cast<off_t>(size));
+    Status st = dev->file_->Allocate(0, size, /*keep_size=*/false);
+    if (st.err() == EOPNOTSUPP) st = dev->file_->Truncate(size);
+    if (!st.ok()) {
+      return Status::Error(st.err(), "cannot preallocate " + path + ": " + st.message());
     }
-    if (rc != 0) return Status::Error(errno, Errno("cannot preallocate " + path, errno));
   }
   size = size / 4096 * 4096;
   if (size <= kDeviceDataStart) return Status::Invalid("device " + path + " is too small");
   dev->sb_.size = size;
-  AlignedBlock block;
-  dev->sb_.EncodeTo(block.p);
-  KVFS_RETURN_IF_ERROR(dev->PwriteFull(block.p, kSuperblockSize, 0));
-  KVFS_RETURN_IF_ERROR(dev->DataSync());
+  KVFS_RETURN_IF_ERROR(dev->WriteSuperblock(kBackupSuperblockOffset));
+  KVFS_RETURN_IF_ERROR(dev->WriteSuperblock(0));
   return dev;
 }
 
 Status Device::PreadFull(void* buf, uint64_t len, uint64_t offset) const {
-  uint64_t done = 0;
-  while (done < len) {
-    ssize_t n = ::pread(fd_, static_cast<uint8_t*>(buf) + done, len - done,
-                        static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IoError(Errno("read " + path_, errno));
-    if (n == 0) return Status::IoError("read " + path_ + ": unexpected end of device");
-    done += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
+  return file_->ReadAt(buf, len, offset);
 }
 
 Status Device::PwriteFull(const void* buf, uint64_t len, uint64_t offset) const {
-  uint64_t done = 0;
-  while (done < len) {
-    ssize_t n = ::pwrite(fd_, static_cast<const uint8_t*>(buf) + done, len - done,
-                         static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Error(errno == ENOSPC ? ENOSPC : EIO, Errno("write " + path_, errno));
-    done += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
+  return file_->WriteAt(buf, len, offset);
 }
 
-Status Device::DataSync() const {
-  if (::fdatasync(fd_) != 0) return Status::IoError(Errno("fdatasync " + path_, errno));
-  return Status::Ok();
-}
+Status Device::DataSync() const { return file_->DataSync(); }
 
-Result<std::vector<std::unique_ptr<Device>>> OpenDevices(const EngineOptions& options, bool fresh) {
+Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs, const EngineOptions& options,
+                                                         bool fresh) {
   std::vector<DeviceSpec> specs = options.devices;
   if (specs.empty()) specs.push_back({options.data_dir + "/device0.kvfs", 0});
   const uint32_t count = static_cast<uint32_t>(specs.size());
@@ -175,7 +170,7 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(const EngineOptions& op
     sb.segment_size = options.segment_size;
     for (uint32_t i = 0; i < count; ++i) {
       // Never clobber a device of another engine just because this data directory is new.
-      auto existing = Device::OpenExisting(specs[i].path);
+      auto existing = Device::OpenExisting(fs, specs[i].path);
       if (existing.ok()) {
         return Status::Error(EEXIST, specs[i].path + " already holds a kvfs engine's data, but " +
                                          options.data_dir +
@@ -187,13 +182,13 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(const EngineOptions& op
         size = options.capacity / count / (1ull << 20) * (1ull << 20) + kDeviceDataStart;
       if (specs[i].size == 0 && options.capacity == 0) size = 0;  // block device: its own size
       sb.index = i;
-      KVFS_ASSIGN_OR_RETURN(auto dev, Device::Create(specs[i].path, size, sb));
+      KVFS_ASSIGN_OR_RETURN(auto dev, Device::Create(fs, specs[i].path, size, sb));
       devices.push_back(std::move(dev));
     }
     return devices;
   }
   for (uint32_t i = 0; i < count; ++i) {
-    KVFS_ASSIGN_OR_RETURN(auto dev, Device::OpenExisting(specs[i].path));
+    KVFS_ASSIGN_OR_RETURN(auto dev, Device::OpenExisting(fs, specs[i].path));
     const Superblock& sb = dev->superblock();
     if (sb.count != count) {
       return Status::Invalid(specs[i].path + " belongs to an engine of " +

@@ -1,6 +1,8 @@
 // Device: one preallocated file or block device holding segments, opened O_DIRECT. Its first
 // 4 KiB is a superblock that ties it to one engine (uuid) at one position (index), so a device
-// from another engine or in the wrong order is refused at open instead of read as garbage.
+// from another engine or in the wrong order is refused at open instead of read as garbage. A
+// backup copy at kBackupSuperblockOffset stands in when the first does not verify (and
+// rewrites it); devices made before the copy existed get it at their next open.
 #pragma once
 
 #include <array>
@@ -9,12 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "file_system.h"
 #include "kvfs/local_engine.h"
 #include "kvfs/status.h"
 
 namespace kvfs {
 
 constexpr uint64_t kSuperblockSize = 4096;
+constexpr uint64_t kBackupSuperblockOffset = 64 * 1024;  // inside the reserved first MiB
 constexpr uint64_t kDeviceDataStart = 1ull << 20;  // keeps data extents 1 MiB aligned
 constexpr uint32_t kDeviceFormatVersion = 1;
 
@@ -39,13 +43,15 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
-  // Opens an existing device (checks its superblock) or, when `create`, preallocates it and
-  // writes a fresh superblock.
-  static Result<std::unique_ptr<Device>> OpenExisting(const std::string& path);
-  static Result<std::unique_ptr<Device>> Create(const std::string& path, uint64_t size,
-                                                const Superblock& sb);
+  // Opens an existing device (checks its superblock, falling back to the backup copy) or
+  // preallocates a new one and writes a fresh superblock and its backup.
+  static Result<std::unique_ptr<Device>> OpenExisting(FileSystem& fs, const std::string& path);
+  static Result<std::unique_ptr<Device>> Create(FileSystem& fs, const std::string& path,
+                                                uint64_t size, const Superblock& sb);
 
-  int fd() const { return fd_; }
+  int fd() const { return file_->fd(); }
+  // The superblock did not verify and was restored from its backup at this open.
+  bool superblock_repaired() const { return repaired_; }
   const std::string& path() const { return path_; }
   const Superblock& superblock() const { return sb_; }
   uint64_t data_start() const { return sb_.data_start; }
@@ -57,15 +63,19 @@ class Device {
   Status DataSync() const;
 
  private:
-  Device(int fd, std::string path, Superblock sb) : fd_(fd), path_(std::move(path)), sb_(sb) {}
-  int fd_;
+  Device(std::unique_ptr<File> file, std::string path, Superblock sb)
+      : file_(std::move(file)), path_(std::move(path)), sb_(sb) {}
+  Status WriteSuperblock(uint64_t offset) const;
+  std::unique_ptr<File> file_;
   std::string path_;
   Superblock sb_;
+  bool repaired_ = false;
 };
 
 // Opens the engine's devices: the ones in `options.devices`, or the default single file. A fresh
 // engine (`fresh`: no journal or checkpoint yet) creates them all with a new uuid; an existing
 // one requires every device, each with the same uuid, its own index and the same count.
-Result<std::vector<std::unique_ptr<Device>>> OpenDevices(const EngineOptions& options, bool fresh);
+Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs, const EngineOptions& options,
+                                                         bool fresh);
 
 }  // namespace kvfs

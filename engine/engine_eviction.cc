@@ -167,14 +167,14 @@ PolicyState EngineEviction::Snapshot() const {
   return state;
 }
 
-void EngineEviction::Recover(const std::string& data_dir,
+void EngineEviction::Recover(FileSystem& fs, const std::string& data_dir,
                              const std::vector<ObjectRecord>& records) {
   std::vector<const ObjectRecord*> files;
   for (const ObjectRecord& rec : records) {
     if (rec.type == ObjectType::kFile && rec.layout) files.push_back(&rec);
   }
   std::unordered_set<ObjectId> known;  // ids the recovered policy state already holds
-  Result<PolicyState> loaded = PolicyStateFile::Load(data_dir);
+  Result<PolicyState> loaded = PolicyStateFile::Load(fs, data_dir);
   if (!loaded.ok()) {
     if (loaded.status().err() != ENOENT || !files.empty()) {
       spdlog::warn("engine: eviction state not used ({}); rebuilding {} order from the index",

@@ -25,7 +25,8 @@ class EngineEviction {
   // Rebuilds the policy at open: the persisted state when it is valid and written by the same
   // policy, reconciled with the index's records (files it lacks are tracked oldest mtime
   // first, ids the index lost are removed); otherwise from the records alone (logged).
-  void Recover(const std::string& data_dir, const std::vector<ObjectRecord>& records);
+  void Recover(FileSystem& fs, const std::string& data_dir,
+               const std::vector<ObjectRecord>& records);
 
   // Keeps the policy in step with an applied batch: a newly published layout is tracked,
   // a pin flag change pins/unpins, removed or emptied files are forgotten.

@@ -1,12 +1,8 @@
 #include "journal.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -20,30 +16,42 @@ namespace {
 constexpr uint64_t kJournalMagic = 0x314c4e4a5346564bull;  // "KVFSJNL1" little-endian
 constexpr size_t kRecordHeader = 16;
 
-Status ErrnoStatus(const std::string& what) {
-  return Status::Error(errno == ENOSPC ? ENOSPC : EIO, what + ": " + std::strerror(errno));
-}
-
 uint64_t RecordChecksum(uint32_t type, const void* payload, uint32_t len) {
   return XXH3_64bits_withSeed(payload, len, (static_cast<uint64_t>(type) << 32) | len);
 }
 
-Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoStatus("write " + path);
-    p += w;
-    n -= static_cast<size_t>(w);
+bool KnownType(uint32_t type) {
+  return type == static_cast<uint32_t>(RecordType::kBatch) ||
+         type == static_cast<uint32_t>(RecordType::kWatermark);
+}
+
+// The end of a valid record at `pos`, or 0 when there is none.
+uint64_t ValidRecordAt(const std::string& data, uint64_t pos) {
+  if (pos + kRecordHeader > data.size()) return 0;
+  ByteReader r(data.data() + pos, kRecordHeader);
+  const uint32_t len = r.U32();
+  const uint32_t type = r.U32();
+  const uint64_t checksum = r.U64();
+  if (!KnownType(type) || len > Journal::kMaxRecord) return 0;
+  if (pos + kRecordHeader + len > data.size()) return 0;
+  if (RecordChecksum(type, data.data() + pos + kRecordHeader, len) != checksum) return 0;
+  return pos + kRecordHeader + len;
+}
+
+// The first valid record after `from`, or 0. A false match needs a 64-bit checksum to agree
+// by chance; the type filter keeps the scan cheap.
+uint64_t NextValidRecord(const std::string& data, uint64_t from) {
+  for (uint64_t pos = from; pos + kRecordHeader <= data.size(); ++pos) {
+    const uint8_t t = static_cast<uint8_t>(data[pos + 4]);
+    if ((t != 1 && t != 2) || data[pos + 5] != 0 || data[pos + 6] != 0 || data[pos + 7] != 0) {
+      continue;
+    }
+    if (ValidRecordAt(data, pos) != 0) return pos;
   }
-  return Status::Ok();
+  return 0;
 }
 
 }  // namespace
-
-Journal::~Journal() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 std::string Journal::FileName(uint64_t number) {
   char buf[48];
@@ -51,76 +59,90 @@ std::string Journal::FileName(uint64_t number) {
   return buf;
 }
 
-Result<std::vector<uint64_t>> Journal::List(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return ErrnoStatus("list " + dir);
+Result<std::vector<uint64_t>> Journal::List(FileSystem& fs, const std::string& dir) {
+  KVFS_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.List(dir));
   std::vector<uint64_t> numbers;
-  while (dirent* e = ::readdir(d)) {
+  for (const std::string& name : names) {
     unsigned long long n = 0;
     char tail[8] = {0};
-    if (std::sscanf(e->d_name, "journal-%16llu.%3s", &n, tail) == 2 &&
-        std::strcmp(tail, "log") == 0 && FileName(n) == e->d_name) {
+    if (std::sscanf(name.c_str(), "journal-%16llu.%3s", &n, tail) == 2 &&
+        std::strcmp(tail, "log") == 0 && FileName(n) == name) {
       numbers.push_back(n);
     }
   }
-  ::closedir(d);
   std::sort(numbers.begin(), numbers.end());
   return numbers;
 }
 
-Result<std::unique_ptr<Journal>> Journal::Create(const std::string& dir, uint64_t number) {
+Result<std::unique_ptr<Journal>> Journal::Create(FileSystem& fs, const std::string& dir,
+                                                 uint64_t number) {
   const std::string path = dir + "/" + FileName(number);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create " + path);
-  std::unique_ptr<Journal> j(new Journal(fd, number, 0, path));
+  auto file = fs.Open(path, {.write = true, .create = true, .truncate = true});
+  if (!file.ok()) return file.status();
+  std::unique_ptr<Journal> j(new Journal(std::move(file).value(), number, 0, path));
   std::string header;
   ByteWriter w(&header);
   w.U64(kJournalMagic);
   w.U64(number);
-  KVFS_RETURN_IF_ERROR(WriteAll(fd, header.data(), header.size(), path));
-  if (::fdatasync(fd) != 0) return ErrnoStatus("fdatasync " + path);
+  Status st = j->file_->WriteAt(header.data(), header.size(), 0);
+  if (st.ok()) st = j->file_->DataSync();
+  if (!st.ok()) {
+    j.reset();
+    (void)fs.Unlink(path);  // no header-less journal for recovery to trip over
+    return st;
+  }
   j->size_ = kHeaderSize;
+  j->Preallocate();
   return j;
 }
 
-Result<std::unique_ptr<Journal>> Journal::OpenForAppend(const std::string& dir, uint64_t number,
-                                                        uint64_t valid_bytes) {
-  if (valid_bytes < kHeaderSize) return Create(dir, number);
+Result<std::unique_ptr<Journal>> Journal::OpenForAppend(FileSystem& fs, const std::string& dir,
+                                                        uint64_t number, uint64_t valid_bytes) {
+  if (valid_bytes < kHeaderSize) return Create(fs, dir, number);
   const std::string path = dir + "/" + FileName(number);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + path);
-  std::unique_ptr<Journal> j(new Journal(fd, number, valid_bytes, path));
-  if (::ftruncate(fd, static_cast<off_t>(valid_bytes)) != 0) return ErrnoStatus("truncate " + path);
-  if (::lseek(fd, static_cast<off_t>(valid_bytes), SEEK_SET) < 0)
-    return ErrnoStatus("seek " + path);
-  if (::fdatasync(fd) != 0) return ErrnoStatus("fdatasync " + path);
+  KVFS_ASSIGN_OR_RETURN(auto file, fs.Open(path, {.write = true}));
+  std::unique_ptr<Journal> j(new Journal(std::move(file), number, valid_bytes, path));
+  KVFS_RETURN_IF_ERROR(j->file_->Truncate(valid_bytes));
+  KVFS_RETURN_IF_ERROR(j->file_->DataSync());
+  j->Preallocate();
   return j;
 }
 
-Result<JournalScan> Journal::Scan(const std::string& path) {
+void Journal::Preallocate() {
+  // Blocks past the end (the size stays): an append into them needs no free space, so a full
+  // file system does not make the store read-only at once, and a restart never needs room.
+  const uint64_t want = (size_ / kPreallocate + 2) * kPreallocate;
+  if (want <= reserved_) return;
+  if (file_->Allocate(0, want, /*keep_size=*/true).ok()) reserved_ = want;
+}
+
+Result<JournalScan> Journal::Scan(FileSystem& fs, const std::string& path) {
   JournalScan scan;
-  KVFS_ASSIGN_OR_RETURN(const std::string data, ReadWholeFile(path));
+  KVFS_ASSIGN_OR_RETURN(const std::string data, ReadWholeFile(fs, path));
   scan.file_bytes = data.size();
   ByteReader header(data.data(), data.size());
   if (header.U64() != kJournalMagic || !header.ok()) return scan;  // nothing valid
   header.U64();
+  scan.header_ok = true;
   uint64_t pos = kHeaderSize;
   while (pos + kRecordHeader <= data.size()) {
-    ByteReader r(data.data() + pos, kRecordHeader);
+    const uint64_t end = ValidRecordAt(data, pos);
+    if (end == 0) {
+      const uint64_t next = NextValidRecord(data, pos + 1);
+      if (next == 0) break;  // nothing valid follows: a torn tail
+      scan.damaged.emplace_back(pos, next);
+      pos = next;
+      continue;
+    }
+    ByteReader r(data.data() + pos, 8);
     const uint32_t len = r.U32();
     const uint32_t type = r.U32();
-    const uint64_t checksum = r.U64();
-    if (len > kMaxRecord || pos + kRecordHeader + len > data.size()) break;
-    const char* payload = data.data() + pos + kRecordHeader;
-    if (RecordChecksum(type, payload, len) != checksum) break;
-    if (type != static_cast<uint32_t>(RecordType::kBatch) &&
-        type != static_cast<uint32_t>(RecordType::kWatermark)) {
-      break;
-    }
-    pos += kRecordHeader + len;
-    scan.records.push_back({static_cast<RecordType>(type), std::string(payload, len), pos});
+    scan.records.push_back({static_cast<RecordType>(type),
+                            std::string(data.data() + pos + kRecordHeader, len), pos, end});
+    pos = end;
   }
-  scan.valid_bytes = pos;
+  // A damaged range always ends where a valid record starts, so the last record ends them all.
+  scan.valid_bytes = scan.records.empty() ? kHeaderSize : scan.records.back().end;
   return scan;
 }
 
@@ -151,28 +173,21 @@ Status Journal::AppendDurable(const std::string& encoded) {
       }
     }
     if (len > 0 && (st.ok() || len < encoded.size())) {
-      Status w = WriteAll(fd_, encoded.data(), len, path_);
+      Status w = file_->WriteAt(encoded.data(), len, size_);
       if (st.ok()) st = w;
     }
     if (!st.ok()) {
-      // Cut a partial append off so the next one does not land behind garbage.
-      if (::ftruncate(fd_, static_cast<off_t>(size_)) == 0)
-        ::lseek(fd_, static_cast<off_t>(size_), SEEK_SET);
+      // Cut a partial append off so the next one does not land behind garbage. (The cut also
+      // drops the blocks reserved past the end.)
+      (void)file_->Truncate(size_);
+      reserved_ = 0;
+      Preallocate();
       return st;
     }
     size_ += encoded.size();
+    Preallocate();
   }
-  if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync " + path_);
-  return Status::Ok();
-}
-
-Status SyncDirectory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + dir);
-  int rc = ::fsync(fd);
-  Status st = rc == 0 ? Status::Ok() : ErrnoStatus("fsync " + dir);
-  ::close(fd);
-  return st;
+  return file_->DataSync();
 }
 
 }  // namespace kvfs

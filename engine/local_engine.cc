@@ -6,11 +6,7 @@
 // Index.
 #include "kvfs/local_engine.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -24,7 +20,7 @@ namespace {
 
 constexpr uint64_t kIdBlock = 1 << 16;  // ids reserved per watermark record
 
-Status ValidateOptions(const EngineOptions& o) {
+Status ValidateOptions(FileSystem& fs, const EngineOptions& o) {
   if (o.data_dir.empty()) return Status::Invalid("engine needs a data directory");
   if (o.segment_size < 4096 || o.segment_size % 4096 != 0 || o.segment_size > (64u << 20)) {
     return Status::Invalid("segment size must be a multiple of 4 KiB between 4 KiB and 64 MiB");
@@ -37,22 +33,8 @@ Status ValidateOptions(const EngineOptions& o) {
   if (auto ev = EngineEviction::Make(o); !ev.ok()) return ev.status();
   if (o.devices.empty() && o.capacity == 0) {
     // Only a problem for a new engine; an existing device keeps its size.
-    struct stat st {};
-    if (::stat((o.data_dir + "/device0.kvfs").c_str(), &st) != 0) {
+    if (!fs.Open(o.data_dir + "/device0.kvfs", {}).ok()) {
       return Status::Invalid("engine needs a capacity for its default device");
-    }
-  }
-  return Status::Ok();
-}
-
-Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      path = dir.substr(0, i);
-      if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-        return Status::Error(errno, "cannot create " + path + ": " + std::strerror(errno));
-      }
     }
   }
   return Status::Ok();
@@ -78,7 +60,7 @@ LocalEngineImpl::~LocalEngineImpl() {
   dropped.clear();
   journal_.reset();
   if (ctx_) ctx_->Close();
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  lock_.reset();  // releases the flock
 }
 
 Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<Device>> devices) {
@@ -88,7 +70,17 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   // dropped (and logged) rather than allowed to corrupt others: kvfs is a cache.
   std::vector<LayoutRef> unused;
   size_t dropped_records = 0;
-  for (auto& [id, entry] : state.records) {
+  // Newest changes claim their extents first: should damage have brought back an old record
+  // whose extents a newer one reuses, the old one is the one dropped.
+  std::vector<RecoveredState::Entry*> order;
+  order.reserve(state.records.size());
+  for (auto& [id, entry] : state.records) order.push_back(&entry);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return a->sequence != b->sequence ? a->sequence > b->sequence : a->record.id > b->record.id;
+  });
+  for (RecoveredState::Entry* e : order) {
+    RecoveredState::Entry& entry = *e;
+    const ObjectId id = entry.record.id;
     ObjectRecord rec = std::move(entry.record);
     if (entry.layout) {
       Status st;
@@ -111,19 +103,40 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   }
   next_id_ = state.next_id;
   id_limit_ = state.next_id;
-  eviction_->Recover(options_.data_dir, index_.Snapshot());
+  eviction_->Recover(*fs_, options_.data_dir, index_.Snapshot());
   ctx_->SetReclaimer(
       [this](uint64_t needed, bool may_evict) { return Reclaim(needed, may_evict); });
-  KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(options_.data_dir, state.journal_number,
+  KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(*fs_, options_.data_dir,
+                                                         state.journal_number,
                                                          state.journal_valid_bytes));
   journal_->set_fault_injector(options_.fault_injector.get());
-  KVFS_RETURN_IF_ERROR(SyncDirectory(options_.data_dir));
+  KVFS_RETURN_IF_ERROR(fs_->SyncDir(options_.data_dir));
+  damage_ = std::move(state.damage);
+  for (const auto& d : ctx_->devices()) {
+    if (!d->superblock_repaired()) continue;
+    ++damage_.superblocks;
+    damage_.notes.push_back(d->path() + ": superblock restored from its backup copy");
+  }
   journal_bytes_ = journal_->size();
   spdlog::info("engine: opened {} ({} devices, {} objects, {} journal records replayed{}{})",
                options_.data_dir, ctx_->devices().size(), index_.objects(), state.replayed_records,
                state.truncated ? ", torn tail cut" : "",
                dropped_records ? ", some records dropped" : "");
   committer_ = std::thread([this] { CommitLoop(); });
+  if (damage_.journal_records > 0 || damage_.checkpoints > 0) {
+    // Start the next recovery from what this one made of the damage: a fresh checkpoint, so
+    // the damaged bytes are not read (and reported) again. Best effort: without room for it
+    // the journals still describe the same state.
+    if (Status st = Sync(); !st.ok()) {
+      spdlog::warn("engine: no checkpoint after the damaged recovery: {}", st.ToString());
+    }
+  }
+  if (damage_.any()) {
+    spdlog::error(
+        "engine: {} was damaged: {} journal records, {} checkpoints, {} superblocks (see "
+        "the errors above; kvfsctl verify reports it)",
+        options_.data_dir, damage_.journal_records, damage_.checkpoints, damage_.superblocks);
+  }
   return Status::Ok();
 }
 
@@ -183,30 +196,30 @@ StoreStats LocalEngineImpl::Stats() const {
   s.journal_commits = journal_commits_.load();
   s.segment_size = options_.segment_size;
   for (const auto& d : ctx_->devices()) s.devices.push_back(d->path());
+  s.recovery_damaged_records = damage_.journal_records;
+  s.recovery_damaged_checkpoints = damage_.checkpoints;
+  s.recovery_repaired_superblocks = damage_.superblocks;
+  s.recovery_notes = damage_.notes;
   return s;
 }
 
 Result<std::unique_ptr<LocalEngine>> LocalEngine::Open(const EngineOptions& options) {
-  KVFS_RETURN_IF_ERROR(ValidateOptions(options));
-  KVFS_RETURN_IF_ERROR(MakeDirs(options.data_dir));
+  std::shared_ptr<FileSystem> fs = options.file_system ? options.file_system : FileSystem::Posix();
+  KVFS_RETURN_IF_ERROR(ValidateOptions(*fs, options));
+  KVFS_RETURN_IF_ERROR(fs->MakeDirs(options.data_dir));
   const std::string lock_path = options.data_dir + "/LOCK";
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0) {
-    return Status::Error(errno, "cannot open " + lock_path + ": " + std::strerror(errno));
-  }
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(lock_fd);
-    if (err == EWOULDBLOCK) {
+  auto lock = fs->Lock(lock_path);
+  if (!lock.ok()) {
+    if (lock.status().err() == EBUSY) {
       return Status::Error(EBUSY, "data directory " + options.data_dir +
                                       " is in use by another kvfs engine (" + lock_path +
                                       " is locked)");
     }
-    return Status::Error(err, "cannot lock " + lock_path + ": " + std::strerror(err));
+    return lock.status();
   }
-  auto engine = std::make_unique<LocalEngineImpl>(options, lock_fd);
-  KVFS_ASSIGN_OR_RETURN(RecoveredState state, Recover(options.data_dir));
-  KVFS_ASSIGN_OR_RETURN(auto devices, OpenDevices(options, state.fresh));
+  auto engine = std::make_unique<LocalEngineImpl>(options, fs, std::move(lock).value());
+  KVFS_ASSIGN_OR_RETURN(RecoveredState state, Recover(*fs, options.data_dir));
+  KVFS_ASSIGN_OR_RETURN(auto devices, OpenDevices(*fs, options, state.fresh));
   KVFS_RETURN_IF_ERROR(engine->Start(std::move(state), std::move(devices)));
   return std::unique_ptr<LocalEngine>(std::move(engine));
 }

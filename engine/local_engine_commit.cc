@@ -263,7 +263,7 @@ void LocalEngineImpl::CommitLoop() {
       ckpt_st = WriteCheckpoint(snapshot, snapshot_next_id);
       if (!ckpt_st.ok()) spdlog::error("engine: checkpoint failed: {}", ckpt_st.ToString());
       // Best effort: without it the policy's order is rebuilt from the index at open.
-      if (Status ps = PolicyStateFile::Write(options_.data_dir, policy_state); !ps.ok()) {
+      if (Status ps = PolicyStateFile::Write(*fs_, options_.data_dir, policy_state); !ps.ok()) {
         spdlog::warn("engine: cannot save the eviction state: {}", ps.ToString());
       }
     } else if (!st.ok()) {
@@ -343,18 +343,16 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
                                         uint64_t next_id) {
   const std::string& dir = options_.data_dir;
   const uint64_t old_number = journal_->number();
-  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(dir, old_number + 1));
-  KVFS_RETURN_IF_ERROR(SyncDirectory(dir));
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next,
+                        Journal::Create(*fs_, dir, old_number + 1));
+  KVFS_RETURN_IF_ERROR(fs_->SyncDir(dir));
   journal_ = std::move(next);
   journal_->set_fault_injector(options_.fault_injector.get());
   journal_bytes_ = journal_->size();
-  // If this fails, the old checkpoint plus every journal from it still describe the state.
-  KVFS_RETURN_IF_ERROR(Checkpoint::Write(dir, old_number + 1, next_id, records));
-  KVFS_ASSIGN_OR_RETURN(std::vector<uint64_t> journals, Journal::List(dir));
-  for (uint64_t n : journals) {
-    if (n <= old_number) ::unlink((dir + "/" + Journal::FileName(n)).c_str());
-  }
-  return SyncDirectory(dir);
+  // If this fails, the older checkpoints plus every journal from them still describe the
+  // state (the new, empty journal only continues it).
+  KVFS_RETURN_IF_ERROR(Checkpoint::Write(*fs_, dir, old_number + 1, next_id, records));
+  return Checkpoint::Prune(*fs_, dir);
 }
 
 Status LocalEngineImpl::Sync() {

@@ -17,6 +17,7 @@
 
 #include "engine_context.h"
 #include "engine_eviction.h"
+#include "file_system.h"
 #include "index.h"
 #include "index_undo.h"
 #include "journal.h"
@@ -28,8 +29,9 @@ namespace kvfs {
 
 class LocalEngineImpl final : public LocalEngine {
  public:
-  LocalEngineImpl(EngineOptions options, int lock_fd)
-      : options_(std::move(options)), lock_fd_(lock_fd) {}
+  LocalEngineImpl(EngineOptions options, std::shared_ptr<FileSystem> fs,
+                  std::unique_ptr<FileLock> lock)
+      : options_(std::move(options)), fs_(std::move(fs)), lock_(std::move(lock)) {}
   ~LocalEngineImpl() override;
 
   Status Start(RecoveredState state, std::vector<std::unique_ptr<Device>> devices);
@@ -81,7 +83,9 @@ class LocalEngineImpl final : public LocalEngine {
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
 
   const EngineOptions options_;
-  int lock_fd_;
+  const std::shared_ptr<FileSystem> fs_;
+  std::unique_ptr<FileLock> lock_;  // the data directory's, released last
+  RecoveryDamage damage_;           // what the recovery at open skipped
   std::shared_ptr<EngineContext> ctx_;
 
   mutable std::mutex mu_;

@@ -4,7 +4,6 @@
 
 #include "atomic_file.h"
 #include "byte_io.h"
-#include "journal.h"
 
 namespace kvfs {
 namespace {
@@ -14,7 +13,7 @@ constexpr uint32_t kVersion = 1;
 
 }  // namespace
 
-Status PolicyStateFile::Write(const std::string& dir, const PolicyState& state) {
+Status PolicyStateFile::Write(FileSystem& fs, const std::string& dir, const PolicyState& state) {
   std::string file;
   ByteWriter w(&file);
   w.U64(kMagic);
@@ -25,12 +24,12 @@ Status PolicyStateFile::Write(const std::string& dir, const PolicyState& state) 
   w.Str(state.blob);
   w.U64(XXH3_64bits(file.data(), file.size()));
 
-  return WriteFileAtomically(dir, kFileName, file);
+  return WriteFileAtomically(fs, dir, kFileName, file);
 }
 
-Result<PolicyState> PolicyStateFile::Load(const std::string& dir) {
+Result<PolicyState> PolicyStateFile::Load(FileSystem& fs, const std::string& dir) {
   const std::string path = dir + "/" + kFileName;
-  KVFS_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(path));
+  KVFS_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(fs, path));
   if (data.size() < 8 + 12 + 8) return Status::Corruption(path + " is truncated");
   const size_t body = data.size() - 8;
   ByteReader tail(data.data() + body, 8);

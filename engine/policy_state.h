@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "file_system.h"
 #include "kvfs/object.h"
 #include "kvfs/status.h"
 
@@ -23,9 +24,9 @@ class PolicyStateFile {
  public:
   static constexpr const char* kFileName = "eviction.state";
   // Written to a temporary file, fsynced and renamed over the old one.
-  static Status Write(const std::string& dir, const PolicyState& state);
+  static Status Write(FileSystem& fs, const std::string& dir, const PolicyState& state);
   // ENOENT when there is none; EIO when it is corrupt or truncated (checksummed).
-  static Result<PolicyState> Load(const std::string& dir);
+  static Result<PolicyState> Load(FileSystem& fs, const std::string& dir);
 };
 
 }  // namespace kvfs

@@ -213,6 +213,10 @@ nlohmann::json Control::StatusJson() {
       {"lookups", c.lookups.load()},
       {"lookup_hits", c.hits.load()},
       {"lookup_misses", c.misses.load()},
+      // The cache's hit rate (kvfsctl(8), STATUS): reads of a published file vs. checks that
+      // found nothing.
+      {"hits", c.read_hits.load()},
+      {"misses", c.cache_misses.load()},
       {"read_replies_spliced", ReadReplies().spliced.load()},
       {"read_replies_splice_fallbacks", ReadReplies().splice_fallbacks.load()},
       {"read_replies_copied", ReadReplies().copied.load()},
@@ -228,6 +232,10 @@ nlohmann::json Control::StatusJson() {
       {"high_watermark", s.high_watermark},
       {"low_watermark", s.low_watermark},
       {"journal_bytes", s.journal_bytes},
+      {"recovery_damaged_records", s.recovery_damaged_records},
+      {"recovery_damaged_checkpoints", s.recovery_damaged_checkpoints},
+      {"recovery_repaired_superblocks", s.recovery_repaired_superblocks},
+      {"recovery_notes", s.recovery_notes},
       {"uptime_s", uptime},
   };
 }

@@ -117,6 +117,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       handle->direct_io = (flags & O_DIRECT) || in->writing;
       if (!handle->direct_io) ChooseCacheMode(in, handle.get(), in->version);
       if (handle->layout) handle->reader = store_->NewReader(handle->layout);
+      if (in->journaled) counters_.read_hits.fetch_add(1, std::memory_order_relaxed);
       handle->noatime = (flags & O_NOATIME) != 0;
       if (!handle->noatime) TouchAtime(in);
     } else {

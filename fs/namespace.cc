@@ -232,11 +232,47 @@ Result<EntryInfo> Namespace::Lookup(uint64_t parent, std::string_view name) {
   Inode* child = Child(dir, name);
   if (!child) {
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    NoteMiss(parent, name);
     return Status::NotFound("no such entry");
   }
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   ++child->nlookup;
   return MakeEntry(child);
+}
+
+namespace {
+
+// The kernel looks a name up right before it creates it or renames onto it, in the same system
+// call: microseconds apart. A connector's own existence check comes well before its write.
+constexpr int64_t kCreateLookupWindowNs = 50'000'000;
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+void Namespace::NoteMiss(uint64_t parent, std::string_view name) {
+  counters_.cache_misses.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now = MonotonicNs();
+  std::erase_if(recent_misses_,
+                [&](const RecentMiss& m) { return now - m.at_ns > kCreateLookupWindowNs; });
+  if (recent_misses_.size() < 4096) recent_misses_.push_back({parent, std::string(name), now});
+}
+
+void Namespace::ForgiveMiss(uint64_t parent, std::string_view name) {
+  if (recent_misses_.empty()) return;
+  const int64_t now = MonotonicNs();
+  for (auto it = recent_misses_.begin(); it != recent_misses_.end(); ++it) {
+    if (it->parent == parent && it->name == name) {
+      if (now - it->at_ns <= kCreateLookupWindowNs)
+        counters_.cache_misses.fetch_sub(1, std::memory_order_relaxed);
+      recent_misses_.erase(it);
+      return;
+    }
+  }
 }
 
 void Namespace::Forget(uint64_t ino, uint64_t n) {
@@ -303,6 +339,7 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
   Inode* raw = in.get();
   inodes_.emplace(r.id, std::move(in));
   LinkChild(dir, r.name, raw);
+  ForgiveMiss(parent, name);
   dir->rec.mtime = dir->rec.ctime = r.mtime;
   dir->lazy_dirty = true;
   return raw;
@@ -467,6 +504,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
       moved->rec.name = std::string(new_name);
       moved->rec.ctime = now;
       LinkChild(dst_dir, moved->rec.name, moved);
+      if (!target) ForgiveMiss(new_parent, new_name);
       if (moved->journaled) batch.puts.push_back(moved->rec);
     }
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;

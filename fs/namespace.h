@@ -136,8 +136,13 @@ struct SetAttrRequest {
   Timespec64 atime_value, mtime_value;
 };
 
+// lookups/hits/misses: the LOOKUP requests kvfs answered (the kernel answers repeats from its
+// caches). read_hits and cache_misses are the cache's hit rate as kvfsctl(8) defines it: opens
+// of a published file for reading, and lookups of a missing name other than the kernel's own
+// lookup right before it creates or renames onto that name.
 struct LookupCounters {
   std::atomic<uint64_t> lookups{0}, hits{0}, misses{0};
+  std::atomic<uint64_t> read_hits{0}, cache_misses{0};
 };
 
 class Namespace {
@@ -272,6 +277,16 @@ class Namespace {
   std::condition_variable apply_cv_;
   uint64_t serving_ticket_ = 0;
   LookupCounters counters_;
+  // Missing names looked up in the last kCreateLookupWindow (mu_): a create or rename onto one
+  // of them takes its miss back out of cache_misses (the kernel's own lookup before it).
+  struct RecentMiss {
+    uint64_t parent;
+    std::string name;
+    int64_t at_ns;
+  };
+  std::vector<RecentMiss> recent_misses_;
+  void NoteMiss(uint64_t parent, std::string_view name);        // mu_ held
+  void ForgiveMiss(uint64_t parent, std::string_view name);     // mu_ held
   // Peer records whose parent directory has not arrived yet, by parent id (namespace_remote.cc).
   std::unordered_map<uint64_t, std::vector<ObjectRecord>> remote_orphans_;
 };

@@ -52,7 +52,8 @@ Status ClusterStore::SaveSnapshot() {
   PutU64(file, payload.size());
   PutU64(file, XXH3_64bits(payload.data(), payload.size()));
   file += payload;
-  KVFS_RETURN_IF_ERROR(WriteFileAtomically(options_.state_dir, kSnapshotName, file));
+  KVFS_RETURN_IF_ERROR(
+      WriteFileAtomically(*FileSystem::Posix(), options_.state_dir, kSnapshotName, file));
   saved_version_ = version;
   return Status::Ok();
 }
@@ -60,7 +61,7 @@ Status ClusterStore::SaveSnapshot() {
 Status ClusterStore::LoadSnapshot() {
   if (options_.state_dir.empty()) return Status::Ok();
   const std::string path = options_.state_dir + "/" + kSnapshotName;
-  auto bytes = ReadWholeFile(path);
+  auto bytes = ReadWholeFile(*FileSystem::Posix(), path);
   if (!bytes.ok()) {
     if (bytes.status().err() == ENOENT) return Status::Ok();
     return bytes.status();

@@ -53,10 +53,31 @@ uint64_t U(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
 }
 
+}  // namespace
+
+bool PrintRecoveryDamage(const nlohmann::json& s, FILE* out) {
+  const uint64_t records = U(s, "recovery_damaged_records");
+  const uint64_t checkpoints = U(s, "recovery_damaged_checkpoints");
+  const uint64_t superblocks = U(s, "recovery_repaired_superblocks");
+  if (records + checkpoints + superblocks == 0) return false;
+  std::fprintf(out,
+               "  DAMAGE found at the last start: %llu journal records lost, %llu checkpoints "
+               "unusable, %llu superblocks restored from their backup\n",
+               static_cast<unsigned long long>(records),
+               static_cast<unsigned long long>(checkpoints),
+               static_cast<unsigned long long>(superblocks));
+  for (const auto& note : s.value("recovery_notes", nlohmann::json::array())) {
+    if (note.is_string()) std::fprintf(out, "    %s\n", note.get<std::string>().c_str());
+  }
+  return true;
+}
+
+namespace {
+
 void PrintStatus(const nlohmann::json& s) {
   uint64_t cap = U(s, "capacity_bytes"), used = U(s, "used_bytes");
   double pct = cap ? 100.0 * static_cast<double>(used) / static_cast<double>(cap) : 0.0;
-  uint64_t lookups = U(s, "lookups"), hits = U(s, "lookup_hits");
+  const uint64_t hits = U(s, "hits"), misses = U(s, "misses");
   std::printf("kvfs %s on %s (pid %lld, up %s)\n", s.value("version", "?").c_str(),
               s.value("mountpoint", "?").c_str(), static_cast<long long>(U(s, "pid")),
               Duration(s.value("uptime_s", 0.0)).c_str());
@@ -74,9 +95,14 @@ void PrintStatus(const nlohmann::json& s) {
               static_cast<unsigned long long>(U(s, "files")),
               static_cast<unsigned long long>(U(s, "objects")),
               FormatSize(U(s, "logical_bytes")).c_str());
-  std::printf("  lookups       %llu, hits %llu (%.1f%%), misses %llu\n",
-              static_cast<unsigned long long>(lookups), static_cast<unsigned long long>(hits),
-              lookups ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
+  std::printf("  hit rate      %.1f%% (%llu hits: files opened to read, %llu misses: names "
+              "not found)\n",
+              hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses)
+                            : 0.0,
+              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses));
+  std::printf("  lookups       %llu reached kvfs (%llu found, %llu not found)\n",
+              static_cast<unsigned long long>(U(s, "lookups")),
+              static_cast<unsigned long long>(U(s, "lookup_hits")),
               static_cast<unsigned long long>(U(s, "lookup_misses")));
   std::printf("  reads         %llu, %s\n", static_cast<unsigned long long>(U(s, "reads")),
               FormatSize(U(s, "bytes_read")).c_str());
@@ -90,6 +116,7 @@ void PrintStatus(const nlohmann::json& s) {
   std::printf("  checksum failures %llu, corrupt files dropped %llu\n",
               static_cast<unsigned long long>(U(s, "checksum_failures")),
               static_cast<unsigned long long>(U(s, "corrupt_dropped")));
+  PrintRecoveryDamage(s, stdout);
 }
 
 void PrintStat(const std::string& path, const nlohmann::json& s) {

@@ -6,6 +6,7 @@
 // Exceptions stop at main(): commands throw Failure, main prints it and returns its code.
 #pragma once
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ std::string MountRootOf(const std::string& path);
 
 // Parses a JSON file (a control file such as MOUNT/.kvfs/status); throws Failure (exit 1).
 nlohmann::json ReadJsonFile(const std::string& file);
+// The "DAMAGE found at the last start" lines of a status (recovery_* keys); false when clean.
+bool PrintRecoveryDamage(const nlohmann::json& status, FILE* out);
 
 // The commands, one per file under fs/kvfsctl/. Each returns the exit status.
 int Verify(const std::vector<std::string>& paths, bool json);  // verify.cc

@@ -1,9 +1,12 @@
 // kvfsctl verify: reads and checksums every file under the given paths through the mount's
 // user.kvfs.verify xattr (the daemon reads every segment; a corrupt file answers EIO and is
-// dropped from the cache), with a progress bar on a terminal and a report at the end.
-// Exit status: 0 every file ok, 1 corruption or errors found.
+// dropped from the cache), with a progress bar on a terminal and a report at the end. It also
+// reports what the daemon's recovery found damaged at its last start (journal records,
+// checkpoints, superblocks): files those described may be missing without a trace otherwise.
+// Exit status: 0 every file ok and no damage, 1 corruption, damage or errors found.
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,6 +50,29 @@ int Verify(const std::vector<std::string>& paths, bool json) {
   progress.Finish();
   const double seconds = progress.Seconds();
   const size_t checked = ok + corrupt.size();
+  // The recovery damage of every mount the paths are on.
+  std::vector<std::string> roots;
+  for (const auto& p : paths) {
+    std::string root = MountRootOf(p);
+    if (std::find(roots.begin(), roots.end(), root) == roots.end()) roots.push_back(root);
+  }
+  nlohmann::json damage = nlohmann::json::array();
+  for (const auto& root : roots) {
+    nlohmann::json s = ReadJsonFile(root + "/.kvfs/status");
+    const uint64_t records = s.value("recovery_damaged_records", uint64_t{0});
+    const uint64_t checkpoints = s.value("recovery_damaged_checkpoints", uint64_t{0});
+    const uint64_t superblocks = s.value("recovery_repaired_superblocks", uint64_t{0});
+    if (records + checkpoints + superblocks == 0) continue;
+    damage.push_back({{"mount", root},
+                      {"journal_records", records},
+                      {"checkpoints", checkpoints},
+                      {"superblocks", superblocks},
+                      {"notes", s.value("recovery_notes", nlohmann::json::array())}});
+    if (!json) {
+      std::printf("%s:\n", root.c_str());
+      PrintRecoveryDamage(s, stdout);
+    }
+  }
   if (json) {
     nlohmann::json report{{"files", checked},
                           {"bytes", bytes},
@@ -55,6 +81,7 @@ int Verify(const std::vector<std::string>& paths, bool json) {
                           {"dropped", corrupt.size()},
                           {"vanished", vanished},
                           {"errors", errors},
+                          {"recovery_damage", damage},
                           {"seconds", seconds}};
     std::printf("%s\n", JsonText(report, 2).c_str());
   } else {
@@ -66,7 +93,7 @@ int Verify(const std::vector<std::string>& paths, bool json) {
     if (!errors.empty()) std::printf("  errors    %zu\n", errors.size());
     for (const auto& e : errors) std::printf("    %s\n", e.c_str());
   }
-  return corrupt.empty() && errors.empty() ? 0 : 1;
+  return corrupt.empty() && errors.empty() && damage.empty() ? 0 : 1;
 }
 
 }  // namespace kvfs::fs

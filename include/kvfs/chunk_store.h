@@ -64,6 +64,13 @@ struct StoreStats {
   uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)
   uint64_t segment_size = 0;
   std::vector<std::string> devices;
+  // What the recovery at open found damaged and skipped (0 after a clean start or a crash):
+  // journal records lost to damage in the middle of a journal, checkpoints that did not
+  // verify, device superblocks restored from their backup; and one line per finding.
+  uint64_t recovery_damaged_records = 0;
+  uint64_t recovery_damaged_checkpoints = 0;
+  uint64_t recovery_repaired_superblocks = 0;
+  std::vector<std::string> recovery_notes;
 };
 
 // Told about records the store removed on its own (not through Apply), so the fs layer can

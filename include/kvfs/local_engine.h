@@ -14,6 +14,7 @@
 namespace kvfs {
 
 class IoFaultInjector;  // engine/io_fault_injector.h: tests inject device faults through it
+class FileSystem;       // engine/file_system.h: every host file-system call goes through it
 
 enum class Durability { kClose, kAsync };
 enum class Compression { kOff, kLz4, kAuto };
@@ -44,6 +45,7 @@ struct EngineOptions {
   // can free fails with ENOSPC without evicting anything, as long as it fits in here.
   uint64_t overflow_bytes = 256ull << 20;
   std::shared_ptr<IoFaultInjector> fault_injector;  // tests only: sees every device I/O
+  std::shared_ptr<FileSystem> file_system;          // null: the host's (POSIX)
 };
 
 class LocalEngine : public ChunkStore {
