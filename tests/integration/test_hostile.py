@@ -13,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from kvfs_testlib import KvfsMount, chunk_bytes
+from kvfs_testlib import KvfsMount, chunk_bytes, write_file_atomic
 
 
 def read_all(fd: int) -> bytes:
@@ -395,6 +395,175 @@ class SparseFileTest(unittest.TestCase):
             with open(p, "rb") as f:
                 got = f.read()
             self.assertEqual(got, data[:(2 << 20) + 5] + b"\0" * ((10 << 20) - (2 << 20) - 5))
+
+
+
+def flip_bit(path: str, offset: int, bit: int = 3) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ (1 << bit)]))
+
+
+def files_in(m: KvfsMount, prefix: str) -> list:
+    return sorted(n for n in os.listdir(m.mnt) if n.startswith(prefix))
+
+
+class JournalDamageTest(unittest.TestCase):
+    """Item 6: one flipped bit in the middle of the journal loses at most the change that
+    record held, and says so in the log, the status and kvfsctl verify."""
+
+    def test_bit_flip_in_the_middle_of_the_journal(self):
+        with KvfsMount(capacity="128M", extra_args=["--durability", "close"]) as m:
+            names = [f"chunk{i:02d}" for i in range(30)]
+            for n in names:
+                write_file_atomic(m.path(n), chunk_bytes(n, 64 * 1024))
+            m.kill9()
+            journals = sorted(f for f in os.listdir(m.data) if f.startswith("journal-"))
+            journal = os.path.join(m.data, journals[-1])
+            flip_bit(journal, os.path.getsize(journal) // 2)
+            m.start()
+            present = files_in(m, "chunk")
+            # A damaged rename leaves its file under the temp name: that name is the change lost.
+            self.assertGreaterEqual(len([n for n in present if ".tmp" not in n]), 29, present)
+            for n in present:
+                with open(m.path(n), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(n.split(".tmp")[0], 64 * 1024), n)
+            status = m.status()
+            self.assertEqual(status["recovery_damaged_records"], 1)
+            self.assertTrue(any("damaged" in note for note in status["recovery_notes"]))
+            r = m.kvfsctl("verify", m.mnt)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("DAMAGE", r.stdout)
+            r = m.kvfsctl("status", m.mnt)
+            self.assertIn("DAMAGE", r.stdout)
+            self.assertIn("damaged", m.log_tail(20000))
+            # The start wrote a checkpoint of what it recovered: the next start is clean.
+            m.remount()
+            self.assertEqual(files_in(m, "chunk"), present)
+            self.assertEqual(m.status()["recovery_damaged_records"], 0)
+            self.assertEqual(m.kvfsctl("verify", m.mnt).returncode, 0)
+
+
+class CheckpointAndSuperblockDamageTest(unittest.TestCase):
+    """Item 7: a flipped bit in the checkpoint or the superblock no longer stops the start."""
+
+    def publish_two_generations(self, m: KvfsMount) -> list:
+        names = []
+        for gen in range(2):  # each clean stop writes a checkpoint
+            for i in range(10):
+                n = f"g{gen}-{i}"
+                write_file_atomic(m.path(n), chunk_bytes(n, 100 * 1024))
+                names.append(n)
+            m.unmount()
+            m.start()
+        m.unmount()
+        return names
+
+    def check_all(self, m: KvfsMount, names: list) -> None:
+        self.assertEqual(files_in(m, "g"), sorted(names))
+        for n in names:
+            with open(m.path(n), "rb") as f:
+                self.assertEqual(f.read(), chunk_bytes(n, 100 * 1024), n)
+
+    def test_bit_flip_in_the_newest_checkpoint(self):
+        with KvfsMount(capacity="128M") as m:
+            names = self.publish_two_generations(m)
+            checkpoints = sorted(f for f in os.listdir(m.data) if f.startswith("checkpoint-"))
+            self.assertEqual(len(checkpoints), 2, os.listdir(m.data))
+            newest = os.path.join(m.data, checkpoints[-1])
+            flip_bit(newest, os.path.getsize(newest) // 2)
+            m.start()
+            self.check_all(m, names)
+            self.assertEqual(m.status()["recovery_damaged_checkpoints"], 1)
+            self.assertEqual(m.kvfsctl("verify", m.mnt).returncode, 1)
+            m.remount()
+            self.check_all(m, names)
+            self.assertEqual(m.status()["recovery_damaged_checkpoints"], 0)
+
+    def test_bit_flip_in_the_superblock(self):
+        with KvfsMount(capacity="128M") as m:
+            names = self.publish_two_generations(m)
+            device = os.path.join(m.data, "device0.kvfs")
+            flip_bit(device, 20)  # inside the encoded superblock
+            m.start()
+            self.check_all(m, names)
+            self.assertEqual(m.status()["recovery_repaired_superblocks"], 1)
+            self.assertIn("backup", m.log_tail(20000))
+            m.remount()  # the first copy was rewritten
+            self.check_all(m, names)
+            self.assertEqual(m.status()["recovery_repaired_superblocks"], 0)
+
+
+class FullDataDirectoryTest(unittest.TestCase):
+    """Item 8: a data directory whose file system filled up while kvfs ran still restarts,
+    with every acknowledged file."""
+
+    def test_restart_on_a_full_file_system(self):
+        import tempfile
+        small = tempfile.mkdtemp(prefix="kvfs-small-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", small],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            os.rmdir(small)
+            self.skipTest(f"cannot mount a small tmpfs for the data directory: {r.stderr.strip()}")
+        try:
+            # The journal and checkpoints on the small file system, the device beside it.
+            m = KvfsMount(capacity=None)
+            m.extra_args = ["--data", os.path.join(small, "data"),
+                            "--device", os.path.join(m.root, "device0.kvfs") + ":128M"]
+            m.command = lambda: ([m.kvfs_bin, m.mnt] + m.extra_args + ["-f"])
+            with m:
+                for i in range(10):
+                    write_file_atomic(m.path(f"before{i}"), chunk_bytes(f"b{i}", 256 * 1024))
+                filler = os.path.join(small, "filler")
+                with open(filler, "wb") as f:
+                    try:
+                        while True:
+                            f.write(b"\0" * 65536)
+                            f.flush()
+                    except OSError as e:
+                        self.assertEqual(e.errno, errno.ENOSPC)
+                # Still serving, and appends go into the journal's reserved space.
+                for i in range(10):
+                    write_file_atomic(m.path(f"full{i}"), chunk_bytes(f"f{i}", 256 * 1024))
+                m.unmount()  # its final checkpoint does not fit: fine
+                m.start()
+                for i in range(10):
+                    with open(m.path(f"before{i}"), "rb") as f:
+                        self.assertEqual(f.read(), chunk_bytes(f"b{i}", 256 * 1024))
+                    with open(m.path(f"full{i}"), "rb") as f:
+                        self.assertEqual(f.read(), chunk_bytes(f"f{i}", 256 * 1024))
+                os.unlink(filler)
+        finally:
+            subprocess.run(["umount", "-l", small], capture_output=True)
+            os.rmdir(small)
+
+
+class HitRateTest(unittest.TestCase):
+    """The hit rate kvfsctl status prints means what kvfsctl(8) says: reads of published files
+    against names looked for and not found."""
+
+    def test_known_hits_and_misses(self):
+        with KvfsMount(capacity="64M") as m:
+            for i in range(5):  # publishing (temp file + rename) is neither a hit nor a miss
+                write_file_atomic(m.path(f"c{i}"), chunk_bytes(f"c{i}", 4096))
+            base = m.status()
+            self.assertEqual(base["misses"], 0)
+            self.assertEqual(base["hits"], 0)
+            for i in range(3):
+                self.assertFalse(os.path.exists(m.path(f"absent{i}")))
+            for i in range(5):
+                with open(m.path(f"c{i}"), "rb") as f:
+                    f.read()
+            with open(m.path("c0"), "rb") as f:  # a second read is a second hit
+                f.read()
+            s = m.status()
+            self.assertEqual(s["misses"] - base["misses"], 3)
+            self.assertEqual(s["hits"] - base["hits"], 6)
+            r = m.kvfsctl("status", m.mnt)
+            self.assertIn("hit rate      66.7% (6 hits", r.stdout)
 
 
 if __name__ == "__main__":
