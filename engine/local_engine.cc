@@ -171,7 +171,7 @@ StoreStats LocalEngineImpl::Stats() const {
     // With durability=async an unlink's extents free at the next group commit; they are no
     // one's any more, so statvfs counts them free as soon as the unlink returns (a writer
     // that needs them flushes the commit first: Reclaim).
-    const uint64_t queued_free = QueuedFreeBytes();
+    const uint64_t queued_free = QueuedFreeBytes() + committing_free_.load();
     s.used_bytes = s.used_bytes > queued_free ? s.used_bytes - queued_free : 0;
     s.logical_bytes = index_.logical_bytes();
     s.objects = index_.objects();

@@ -126,17 +126,17 @@ void LocalEngineImpl::NotifyEvicted(const std::vector<ObjectId>& victims) {
   }
 }
 
-uint64_t LocalEngineImpl::QueuedFreeBytes() const {
+uint64_t LocalEngineImpl::FreeBytesOf(const std::vector<PendingCommit>& commits) const {
   // A dropped layout frees on commit when every reference to it is the queue's own (the
   // dropped list and undo images); an open reader or writer holds one more.
   std::unordered_map<const Layout*, std::pair<LayoutRef, long>> held;
-  for (const PendingCommit& p : queue_) {
+  for (const PendingCommit& p : commits) {
     for (const LayoutRef& layout : p.dropped) {
       if (layout) ++held.try_emplace(layout.get(), layout, 0).first->second.second;
     }
   }
   if (held.empty()) return 0;
-  for (const PendingCommit& p : queue_) {
+  for (const PendingCommit& p : commits) {
     p.undo.ForEachLayout([&](const LayoutRef& layout) {
       if (auto it = held.find(layout.get()); it != held.end()) ++it->second.second;
     });
@@ -235,6 +235,8 @@ void LocalEngineImpl::CommitLoop() {
     flush_requested_ = false;
     std::vector<PendingCommit> batch = std::move(queue_);
     queue_.clear();
+    // Still counted free while it is written (Stats): out of the queue, not yet freed.
+    committing_free_ = FreeBytesOf(batch);
     uint64_t batch_bytes = 0, max_seq = 0;
     for (const auto& p : batch) {
       batch_bytes += p.encoded.size();
@@ -272,6 +274,7 @@ void LocalEngineImpl::CommitLoop() {
     snapshot.clear();
     if (st.ok() && !failed_before) {
       batch.clear();  // durable: the dropped layouts may now free their extents
+      committing_free_ = 0;
     } else if (!st.ok()) {
       spdlog::error("engine: journal commit failed, the store is read-only from now on: {}",
                     st.ToString());
@@ -288,6 +291,7 @@ void LocalEngineImpl::CommitLoop() {
       // New changes are refused meanwhile (commit_error_ is set).
       lock.unlock();
       batch.clear();
+      committing_free_ = 0;
       if (!rolled_back.empty()) {
         spdlog::error("engine: undid {} changes that never became durable", rolled_back.size());
         if (StoreListener* l = listener_.load()) {

@@ -76,8 +76,9 @@ class LocalEngineImpl final : public LocalEngine {
   void NotifyEvicted(const std::vector<ObjectId>& victims);
   bool Reclaim(uint64_t needed, bool may_evict);
   // mu_ held: extents that queued (not yet durable) commits free once written: the layouts
-  // they dropped that nobody else holds.
-  uint64_t QueuedFreeBytes() const;
+  // they dropped that nobody else holds. FreeBytesOf: the same for one group of commits.
+  uint64_t QueuedFreeBytes() const { return FreeBytesOf(queue_); }
+  uint64_t FreeBytesOf(const std::vector<PendingCommit>& commits) const;
   void CommitLoop();
   Status CommitRecords(const std::vector<PendingCommit>& batch);
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
@@ -107,6 +108,8 @@ class LocalEngineImpl final : public LocalEngine {
   std::atomic<uint64_t> next_id_{kRootId + 1};
   std::atomic<uint64_t> journal_bytes_{0};
   std::atomic<uint64_t> journal_commits_{0};
+  // FreeBytesOf the group the committer is writing now (out of queue_, not yet freed).
+  std::atomic<uint64_t> committing_free_{0};
   std::atomic<uint64_t> corrupt_dropped_{0};
   std::shared_ptr<ReadAheadCounters> read_ahead_ = std::make_shared<ReadAheadCounters>();
   std::atomic<StoreListener*> listener_{nullptr};
