@@ -143,7 +143,12 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
   if (end < offset || end / seg_size_ >= kMaxSegments) {
     return Status::Error(EFBIG, "write past the largest supported file size");
   }
-  if (end > size_ && end > ctx_->space().capacity_bytes()) {
+  // A file whose stored segments would outgrow the whole cache can never be published: fail
+  // before anything is evicted for it. Holes cost nothing, so a write far past the end of a
+  // sparse file is fine.
+  uint64_t added = 0;
+  for (uint64_t j = offset / seg_size_; j * seg_size_ < end; ++j) added += !slots_.count(j);
+  if (added > 0 && (slots_.size() + added) * seg_size_ > ctx_->space().capacity_bytes()) {
     no_evict_ = true;
     return Status::NoSpace("file would be larger than the whole cache (" +
                            std::to_string(ctx_->space().capacity_bytes()) + " bytes)");

@@ -24,12 +24,17 @@ Status LocalEngineImpl::Validate(const MetaBatch& batch) const {
     if (rec.id == kInvalidId || rec.id == kRootId) {
       return Status::Invalid("cannot put object id " + std::to_string(rec.id));
     }
-    if (rec.type != ObjectType::kFile && rec.type != ObjectType::kDirectory &&
-        rec.type != ObjectType::kSymlink) {
-      return Status::Invalid("unknown object type");
-    }
+    const auto type = static_cast<uint8_t>(rec.type);
+    if (type < 1 || type > kMaxObjectType) return Status::Invalid("unknown object type");
     if (rec.name.size() > 4096 || rec.symlink_target.size() > 4096) {
       return Status::Invalid("name or symlink target too long");
+    }
+    if (rec.extra_links.size() >= kMaxLinks) return Status::Invalid("too many links");
+    if (!rec.extra_links.empty() && rec.type == ObjectType::kDirectory) {
+      return Status::Invalid("a directory cannot have hard links");
+    }
+    for (const Link& l : rec.extra_links) {
+      if (l.name.size() > 4096) return Status::Invalid("link name too long");
     }
     if (!rec.layout) continue;
     if (rec.type != ObjectType::kFile) return Status::Invalid("only files have a layout");
@@ -347,8 +352,7 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
                                         uint64_t next_id) {
   const std::string& dir = options_.data_dir;
   const uint64_t old_number = journal_->number();
-  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next,
-                        Journal::Create(*fs_, dir, old_number + 1));
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(*fs_, dir, old_number + 1));
   KVFS_RETURN_IF_ERROR(fs_->SyncDir(dir));
   journal_ = std::move(next);
   journal_->set_fault_injector(options_.fault_injector.get());

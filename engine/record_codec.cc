@@ -5,6 +5,12 @@ namespace {
 
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxSegments = 1u << 24;
+// Set in the type byte when the record ends with its extensions (rdev, hard links): records
+// without them keep the original encoding, so older records decode and older readers still
+// read the records of plain files.
+constexpr uint8_t kHasExtensions = 0x80;
+
+bool HasExtensions(const ObjectRecord& rec) { return rec.rdev != 0 || !rec.extra_links.empty(); }
 
 void EncodeTime(const Timespec64& t, ByteWriter& w) {
   w.I64(t.sec);
@@ -23,7 +29,8 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
   w.U64(rec.id);
   w.U64(rec.parent);
   w.Str(rec.name);
-  w.U8(static_cast<uint8_t>(rec.type));
+  const bool extended = HasExtensions(rec);
+  w.U8(static_cast<uint8_t>(rec.type) | (extended ? kHasExtensions : 0));
   w.U32(rec.mode);
   w.U32(rec.uid);
   w.U32(rec.gid);
@@ -40,17 +47,25 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
       dense = rec.layout->segments[i].index == i;
   }
   w.U8(!rec.layout ? 0 : dense ? 1 : 2);
-  if (!rec.layout) return;
-  w.U64(rec.layout->size);
-  w.U32(static_cast<uint32_t>(rec.layout->segments.size()));
-  for (const Segment& s : rec.layout->segments) {
-    if (!dense) w.U32(s.index);
-    w.U16(s.device);
-    w.U8(static_cast<uint8_t>(s.codec));
-    w.U64(s.offset);
-    w.U32(s.stored_len);
-    w.U32(s.raw_len);
-    w.U64(s.checksum);
+  if (rec.layout) {
+    w.U64(rec.layout->size);
+    w.U32(static_cast<uint32_t>(rec.layout->segments.size()));
+    for (const Segment& s : rec.layout->segments) {
+      if (!dense) w.U32(s.index);
+      w.U16(s.device);
+      w.U8(static_cast<uint8_t>(s.codec));
+      w.U64(s.offset);
+      w.U32(s.stored_len);
+      w.U32(s.raw_len);
+      w.U64(s.checksum);
+    }
+  }
+  if (!extended) return;
+  w.U64(rec.rdev);
+  w.U32(static_cast<uint32_t>(rec.extra_links.size()));
+  for (const Link& l : rec.extra_links) {
+    w.U64(l.parent);
+    w.Str(l.name);
   }
 }
 
@@ -59,8 +74,9 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
   rec.id = r.U64();
   rec.parent = r.U64();
   rec.name = r.Str(kMaxName);
-  const uint8_t type = r.U8();
-  if (type < 1 || type > 3) return false;
+  const uint8_t type_byte = r.U8();
+  const uint8_t type = type_byte & ~kHasExtensions;
+  if (type < 1 || type > kMaxObjectType) return false;
   rec.type = static_cast<ObjectType>(type);
   rec.mode = r.U32();
   rec.uid = r.U32();
@@ -97,6 +113,17 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
     out->layout = std::move(layout);
   } else if (has_layout != 0) {
     return false;
+  }
+  if (type_byte & kHasExtensions) {
+    rec.rdev = r.U64();
+    const uint32_t links = r.U32();
+    // Each link takes at least 12 bytes (parent and the name's length).
+    if (links >= kMaxLinks || links > r.remaining() / 12) return false;
+    rec.extra_links.resize(links);
+    for (Link& l : rec.extra_links) {
+      l.parent = r.U64();
+      l.name = r.Str(kMaxName);
+    }
   }
   return r.ok();
 }

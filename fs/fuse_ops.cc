@@ -133,11 +133,11 @@ void OnReadlink(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_readlink(req, target->c_str());
 }
 
-void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
-  if (!S_ISREG(mode)) return Err(req, EPERM);
+void OnMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   if (Control::Owns(parent)) return Err(req, EPERM);
+  if (parent == kRootId && name == kControlDirName) return Err(req, EEXIST);
   const fuse_ctx* who = fuse_req_ctx(req);
-  auto e = Ctx(req).ns->Mknod(parent, name, mode, who->uid, who->gid);
+  auto e = Ctx(req).ns->Mknod(parent, name, mode, rdev, who->uid, who->gid);
   if (!e.ok()) return ReplyStatus(req, e.status());
   ReplyEntry(req, *e);
 }
@@ -175,7 +175,13 @@ void OnRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   ReplyStatus(req, Ctx(req).ns->Rename(parent, name, newparent, newname, flags));
 }
 
-void OnLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EPERM); }
+void OnLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  if (Control::Owns(ino) || Control::Owns(newparent)) return Err(req, EPERM);
+  if (newparent == kRootId && newname == kControlDirName) return Err(req, EEXIST);
+  auto e = Ctx(req).ns->Link(ino, newparent, newname);
+  if (!e.ok()) return ReplyStatus(req, e.status());
+  ReplyEntry(req, *e);
+}
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FsContext& c = Ctx(req);

@@ -16,10 +16,41 @@ uint32_t TypeBits(ObjectType t) {
       return S_IFDIR;
     case ObjectType::kSymlink:
       return S_IFLNK;
+    case ObjectType::kFifo:
+      return S_IFIFO;
+    case ObjectType::kCharDevice:
+      return S_IFCHR;
+    case ObjectType::kBlockDevice:
+      return S_IFBLK;
+    case ObjectType::kSocket:
+      return S_IFSOCK;
     case ObjectType::kFile:
       break;
   }
   return S_IFREG;
+}
+
+// The object type of a mknod(2) mode; nullopt for a type mknod cannot make.
+std::optional<ObjectType> MknodType(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case 0:  // mknod(2): a zero type means a regular file
+    case S_IFREG:
+      return ObjectType::kFile;
+    case S_IFIFO:
+      return ObjectType::kFifo;
+    case S_IFCHR:
+      return ObjectType::kCharDevice;
+    case S_IFBLK:
+      return ObjectType::kBlockDevice;
+    case S_IFSOCK:
+      return ObjectType::kSocket;
+  }
+  return std::nullopt;
+}
+
+bool IsSpecial(ObjectType t) {
+  return t == ObjectType::kFifo || t == ObjectType::kCharDevice || t == ObjectType::kBlockDevice ||
+         t == ObjectType::kSocket;
 }
 
 struct timespec ToTimespec(const Timespec64& t) {
@@ -32,6 +63,7 @@ struct timespec ToTimespec(const Timespec64& t) {
 // Allocated bytes as du should count them: the stored extents (4 KiB granules) when the layout
 // names segments, else the size rounded up (the in-memory store keeps no segments).
 uint64_t AllocatedBytes(const ObjectRecord& rec, uint64_t size_now) {
+  if (IsSpecial(rec.type)) return 0;  // metadata only
   if (rec.type != ObjectType::kFile) return 4096;
   uint64_t bytes = 0;
   if (rec.layout && !rec.layout->segments.empty() && rec.layout->size == size_now) {
@@ -90,16 +122,19 @@ Status Namespace::Load() {
   for (auto& [id, in] : inodes_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   size_t orphans = 0;
+  auto taken = [](Inode*, const std::string&) { return false; };  // the older record keeps it
   for (uint64_t id : ids) {
     if (id == kRootId) continue;
     Inode* in = inodes_[id].get();
-    Inode* parent = Find(in->rec.parent);
-    if (!parent || !parent->dir || Child(parent, in->rec.name) || !CheckName(in->rec.name).ok()) {
-      ++orphans;
-      in->linked = false;
-      continue;
-    }
-    LinkChild(parent, in->rec.name, in);
+    in->linked = false;
+    // Every name whose directory exists and is free; the first of them becomes the first name.
+    const std::vector<kvfs::Link> names = [&] {
+      std::vector<kvfs::Link> v{{in->rec.parent, in->rec.name}};
+      v.insert(v.end(), in->rec.extra_links.begin(), in->rec.extra_links.end());
+      return v;
+    }();
+    SetNames(in, names, taken, nullptr);
+    if (!in->linked) ++orphans;
   }
   // An orphan's parent may itself be an orphan: unreachable inodes are dropped from memory.
   for (auto it = inodes_.begin(); it != inodes_.end();) {
@@ -135,21 +170,30 @@ Inode* Namespace::Child(Inode* dir, std::string_view name) {
 
 void Namespace::LinkChild(Inode* dir, const std::string& name, Inode* child) {
   uint64_t cookie = dir->dir->next_cookie++;
-  dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id});
+  const bool is_dir = child->dir != nullptr;
+  dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id, is_dir});
   dir->dir->cookie_of.emplace(name, cookie);
+  if (is_dir) ++dir->dir->subdirs;
 }
 
 void Namespace::UnlinkChild(Inode* dir, const std::string& name) {
   auto it = dir->dir->cookie_of.find(name);
   if (it == dir->dir->cookie_of.end()) return;
-  dir->dir->by_cookie.erase(it->second);
+  auto child = dir->dir->by_cookie.find(it->second);
+  if (child->second.is_dir) --dir->dir->subdirs;
+  dir->dir->by_cookie.erase(child);
   dir->dir->cookie_of.erase(it);
 }
 
-void Namespace::DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch) {
-  UnlinkChild(dir, in->rec.name);
-  in->linked = false;
+void Namespace::DetachEntry(Inode* dir, Inode* in, const std::string& name, Timespec64 now,
+                            MetaBatch* batch) {
+  RemoveName(in, dir, name);
   in->rec.ctime = now;
+  if (in->linked) {
+    // Other names remain: the record goes on with them.
+    if (in->journaled) batch->puts.push_back(in->rec);
+    return;
+  }
   if (in->journaled) batch->removes.push_back(in->rec.id);
   // Nothing more is journaled for it: a writer still holding it publishes nowhere.
   in->journaled = false;
@@ -180,7 +224,8 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   struct stat& st = e.attr;
   st.st_ino = r.id;
   st.st_mode = TypeBits(r.type) | (r.mode & 07777);
-  st.st_nlink = in->dir ? 2 : (in->linked ? 1 : 0);
+  st.st_nlink = in->dir ? 2 + in->dir->subdirs : (in->linked ? r.nlink() : 0);
+  st.st_rdev = static_cast<dev_t>(r.rdev);
   st.st_uid = r.uid;
   st.st_gid = r.gid;
   uint64_t size = in->writing ? in->writing->size.load() : r.size();
@@ -317,18 +362,26 @@ size_t Namespace::inode_count() {
   return inodes_.size();
 }
 
-Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, ObjectType type,
-                                   uint32_t mode, uint32_t uid, uint32_t gid) {
+Result<Inode*> Namespace::DirForNewName(uint64_t parent, std::string_view name) {
   KVFS_RETURN_IF_ERROR(CheckName(name));
   KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
   if (!dir->linked) return Status::NotFound("directory was removed");
   if (Child(dir, name) || (parent == kRootId && name == kControlDirName))
     return Status::Error(EEXIST, "name exists");
+  return dir;
+}
+
+Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, ObjectType type,
+                                   uint32_t mode, uint32_t uid, uint32_t gid) {
+  KVFS_ASSIGN_OR_RETURN(Inode * dir, DirForNewName(parent, name));
+  // The kernel already dropped S_ISGID from a file's mode when the caller may not have it.
+  if (dir->rec.mode & S_ISGID) {
+    gid = dir->rec.gid;
+    if (type == ObjectType::kDirectory) mode |= S_ISGID;
+  }
   auto in = std::make_unique<Inode>();
   ObjectRecord& r = in->rec;
   r.id = store_->NewId();
-  r.parent = parent;
-  r.name = std::string(name);
   r.type = type;
   r.mode = mode & 07777;
   r.uid = uid;
@@ -336,9 +389,10 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
   r.atime = r.mtime = r.ctime = Now();
   if (type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
   in->version = ++next_view_;
+  in->linked = false;
   Inode* raw = in.get();
   inodes_.emplace(r.id, std::move(in));
-  LinkChild(dir, r.name, raw);
+  AddName(raw, dir, std::string(name));
   ForgiveMiss(parent, name);
   dir->rec.mtime = dir->rec.ctime = r.mtime;
   dir->lazy_dirty = true;
@@ -385,13 +439,16 @@ Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
 }
 
 Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
-                                   uint32_t uid, uint32_t gid) {
+                                   uint64_t rdev, uint32_t uid, uint32_t gid) {
+  const std::optional<ObjectType> type = MknodType(mode);
+  if (!type) return Status::Invalid("mknod cannot make this file type");
   MetaBatch batch;
   EntryInfo entry;
   uint64_t ticket;
   {
     std::lock_guard lock(mu_);
-    KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kFile, mode, uid, gid));
+    KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, *type, mode, uid, gid));
+    if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice) in->rec.rdev = rdev;
     in->journaled = true;
     ++in->nlookup;
     batch.puts.push_back(in->rec);
@@ -426,10 +483,10 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
       return Status::Error(EISDIR, "is a directory");
     }
     const Timespec64 now = Now();
-    DetachEntry(dir, in, now, &batch);
+    DetachEntry(dir, in, std::string(name), now, &batch);
     dir->rec.mtime = dir->rec.ctime = now;
     dir->lazy_dirty = true;
-    if (batch.removes.empty()) return Status::Ok();
+    if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
     ticket = TakeTicket();
   }
   return ApplyInOrder(ticket, batch);
@@ -475,15 +532,13 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     if (flags & RENAME_EXCHANGE) {
       if (!target) return Status::NotFound("no target to exchange with");
       if (target->dir && inside(src_dir, target)) return Status::Invalid("move into itself");
-      std::string a = moved->rec.name, b = target->rec.name;
-      UnlinkChild(src_dir, a);
-      UnlinkChild(dst_dir, b);
-      moved->rec.parent = new_parent;
-      moved->rec.name = b;
-      target->rec.parent = parent;
-      target->rec.name = a;
-      LinkChild(dst_dir, b, moved);
-      LinkChild(src_dir, a, target);
+      const kvfs::Link a{parent, std::string(name)}, b{new_parent, std::string(new_name)};
+      UnlinkChild(src_dir, a.name);
+      UnlinkChild(dst_dir, b.name);
+      RenameInRecord(moved, a, b);
+      RenameInRecord(target, b, a);
+      LinkChild(dst_dir, b.name, moved);
+      LinkChild(src_dir, a.name, target);
       moved->rec.ctime = target->rec.ctime = now;
       if (moved->journaled) batch.puts.push_back(moved->rec);
       if (target->journaled) batch.puts.push_back(target->rec);
@@ -497,13 +552,10 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
         } else if (target->dir) {
           return Status::Error(EISDIR, "target is a directory");
         }
-        DetachEntry(dst_dir, target, now, &batch);
+        DetachEntry(dst_dir, target, std::string(new_name), now, &batch);
       }
-      UnlinkChild(src_dir, moved->rec.name);
-      moved->rec.parent = new_parent;
-      moved->rec.name = std::string(new_name);
+      MoveName(moved, src_dir, std::string(name), dst_dir, std::string(new_name));
       moved->rec.ctime = now;
-      LinkChild(dst_dir, moved->rec.name, moved);
       if (!target) ForgiveMiss(new_parent, new_name);
       if (moved->journaled) batch.puts.push_back(moved->rec);
     }

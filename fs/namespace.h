@@ -64,6 +64,7 @@ struct Directory {
   struct Child {
     std::string name;
     uint64_t ino;
+    bool is_dir;
   };
   // Readdir cookies: each entry gets the next cookie when it is linked, so an offset handed to
   // the kernel stays valid while other entries come and go (1 and 2 are "." and "..").
@@ -75,12 +76,15 @@ struct Directory {
   };
   std::unordered_map<std::string, uint64_t, NameHash, std::equal_to<>> cookie_of;
   uint64_t next_cookie = 3;
+  uint32_t subdirs = 0;  // for nlink: 2 + one ".." per subdirectory
 };
 
 struct Inode {
-  ObjectRecord rec;         // rec.id is the inode number; rec.layout is the published version
+  // rec.id is the inode number; rec.layout is the published version. While `linked`, the tree
+  // holds exactly the names the record lists ((parent, name) and extra_links; namespace_links.cc).
+  ObjectRecord rec;
   bool journaled = false;   // the store holds a record for it
-  bool linked = true;       // reachable by name
+  bool linked = true;       // reachable by at least one name
   bool lazy_dirty = false;  // atime or a directory time changed, persisted at shutdown
   uint64_t nlookup = 0;
   uint32_t opens = 0;
@@ -165,9 +169,12 @@ class Namespace {
                           uint32_t gid);
   Result<EntryInfo> Symlink(uint64_t parent, std::string_view name, std::string_view target,
                             uint32_t uid, uint32_t gid);
-  // A regular file, published at once (empty): nothing else would publish it.
-  Result<EntryInfo> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
-                          uint32_t gid);
+  // A regular file (published at once, empty: nothing else would publish it), a FIFO, a
+  // character or block device node (`rdev`) or a socket; `mode` carries the S_IF* type.
+  Result<EntryInfo> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                          uint32_t uid, uint32_t gid);
+  // A hard link: one more name for a file or special file (namespace_links.cc).
+  Result<EntryInfo> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   Status Unlink(uint64_t parent, std::string_view name);
   Status Rmdir(uint64_t parent, std::string_view name);
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
@@ -237,22 +244,50 @@ class Namespace {
   Inode* Child(Inode* dir, std::string_view name);                    // mu_ held
   void LinkChild(Inode* dir, const std::string& name, Inode* child);  // mu_ held
   void UnlinkChild(Inode* dir, const std::string& name);              // mu_ held
+  // --- an inode's names (namespace_links.cc), mu_ held. Each keeps the tree and the record's
+  // name list in step.
+  // Links `in` as `name` in `dir` (the record's first name when it had none).
+  void AddName(Inode* in, Inode* dir, const std::string& name);
+  // Takes the name out of `dir` and the record; the next name becomes the first one.
+  void RemoveName(Inode* in, Inode* dir, const std::string& name);
+  // Renames one of `in`'s names in the record only (its position in the list is kept).
+  static void RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to);
+  // Moves one of `in`'s names in the tree and the record.
+  void MoveName(Inode* in, Inode* src_dir, const std::string& name, Inode* dst_dir,
+                const std::string& new_name);
+  // Every name of `in` (none when unlinked), first name first.
+  static std::vector<kvfs::Link> NamesOf(const Inode* in);
+  // Makes the tree show `in` under exactly `names` (a record's list, first name first), for
+  // records that arrive from the store or a peer. A name held by another inode is asked of
+  // `take(dir, name)`, which frees it or says no; a name it keeps, or whose directory is
+  // missing, is left out. `changed` gets each name that appeared or went.
+  void SetNames(Inode* in, const std::vector<kvfs::Link>& names,
+                const std::function<bool(Inode*, const std::string&)>& take,
+                std::vector<std::pair<uint64_t, std::string>>* changed);
+  // Takes every name of `in` out of the tree (the record keeps them, for logs).
+  void UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::string>>* gone);
   void MaybeDrop(Inode* in);  // mu_ held: frees an unlinked inode nobody refers to
   // mu_ held: drops the layout of a file nobody can read any more (no name, no open handle),
   // so its extents free now rather than when the kernel forgets the inode.
   void ReleaseUnreachableData(Inode* in);
   // mu_ held: the inode has no name and no handle (see GetAttr).
   bool ReachedThroughStaleName(const Inode* in) const;
-  // mu_ held: takes `in`'s name out of `dir` (unlink, or the target a rename replaces), queues
-  // its removal in `batch` when it was journaled, and frees it when nobody refers to it.
-  void DetachEntry(Inode* dir, Inode* in, Timespec64 now, MetaBatch* batch);
+  // mu_ held: takes the name `name` of `in` out of `dir` (unlink, or the target a rename
+  // replaces). Its last name: queues its removal in `batch` when it was journaled and frees it
+  // when nobody refers to it; otherwise queues its record with the names left.
+  void DetachEntry(Inode* dir, Inode* in, const std::string& name, Timespec64 now,
+                   MetaBatch* batch);
   EntryInfo MakeEntry(const Inode* in, const FileHandle* fh = nullptr) const;  // mu_ held
   // mu_ held: installs a new published content (a new version id for the page cache).
   void SetLayout(Inode* in, LayoutRef layout);
   // mu_ held: decides direct_io/keep_cache of a handle opening on `view` (file_handle.cc).
   void ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view);
+  // mu_ held: a directory with the set-group-ID bit passes on its group (and, to a new
+  // directory, the bit itself), as on ext4.
   Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,
-                          uint32_t uid, uint32_t gid);  // mu_ held
+                          uint32_t uid, uint32_t gid);
+  // mu_ held: checks a new name in `parent` (valid, directory linked, not taken).
+  Result<Inode*> DirForNewName(uint64_t parent, std::string_view name);
   Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
   Status ApplyInOrder(uint64_t ticket, const MetaBatch& batch);
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
@@ -285,8 +320,8 @@ class Namespace {
     int64_t at_ns;
   };
   std::vector<RecentMiss> recent_misses_;
-  void NoteMiss(uint64_t parent, std::string_view name);        // mu_ held
-  void ForgiveMiss(uint64_t parent, std::string_view name);     // mu_ held
+  void NoteMiss(uint64_t parent, std::string_view name);     // mu_ held
+  void ForgiveMiss(uint64_t parent, std::string_view name);  // mu_ held
   // Peer records whose parent directory has not arrived yet, by parent id (namespace_remote.cc).
   std::unordered_map<uint64_t, std::vector<ObjectRecord>> remote_orphans_;
 };

@@ -38,7 +38,8 @@ bool SameTime(const Timespec64& a, const Timespec64& b) {
 
 bool SameAttrs(const ObjectRecord& a, const ObjectRecord& b) {
   return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.flags == b.flags &&
-         SameTime(a.atime, b.atime) && SameTime(a.mtime, b.mtime) && SameTime(a.ctime, b.ctime) &&
+         a.rdev == b.rdev && a.type == b.type && SameTime(a.atime, b.atime) &&
+         SameTime(a.mtime, b.mtime) && SameTime(a.ctime, b.ctime) &&
          a.symlink_target == b.symlink_target && a.size() == b.size();
 }
 
@@ -52,11 +53,12 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id
                  other->rec.id);
     return false;
   }
-  // The lower id gives way: unlinked here without journaling (its record stays in the store).
-  UnlinkChild(dir, name);
-  other->linked = false;
-  other->journaled = false;
+  // The lower id gives way: that name is unlinked here without journaling (its record stays in
+  // the store). With no name left it is not shown at all.
+  RemoveName(other, dir, name);
+  if (!other->linked) other->journaled = false;
   stale.entries.emplace_back(dir->rec.id, name);
+  stale.inodes.emplace_back(other->rec.id, false);  // its nlink changed
   MaybeDrop(other);
   return true;
 }
@@ -67,52 +69,53 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   Inode* dir = Find(rec.parent);
   if (!dir || !dir->dir) {
     // The parent directory has not arrived yet (pull answers are in id order, and a peer's
-    // directory may hold an older id's file): park the record until it does.
+    // directory may hold an older id's file): park the record until it does. A hard link into
+    // a directory that is missing is simply not shown (that directory may never come).
     auto& waiting = remote_orphans_[rec.parent];
     std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == rec.id; });
     waiting.push_back(rec);
     if (in && in->linked) {
-      if (Inode* old = Find(in->rec.parent); old && old->dir) UnlinkChild(old, in->rec.name);
-      stale.entries.emplace_back(in->rec.parent, in->rec.name);
-      in->linked = false;
+      UnlinkAllNames(in, &stale.entries);
       MaybeDrop(in);
     }
     return;
   }
+  std::vector<kvfs::Link> names{{rec.parent, rec.name}};
+  names.insert(names.end(), rec.extra_links.begin(), rec.extra_links.end());
+  bool new_version = false, attrs = false;
   if (!in) {
-    if (!ClaimNameLocked(dir, rec.name, rec.id, stale)) return;
     auto fresh = std::make_unique<Inode>();
     fresh->rec = rec;
+    fresh->linked = false;
     fresh->version = ++next_view_;
-    fresh->journaled = true;
     if (rec.type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
     in = fresh.get();
     inodes_.emplace(rec.id, std::move(fresh));
-    LinkChild(dir, rec.name, in);
-    stale.entries.emplace_back(rec.parent, rec.name);
   } else {
-    const bool moved = !in->linked || in->rec.parent != rec.parent || in->rec.name != rec.name;
-    if (moved) {
-      if (!ClaimNameLocked(dir, rec.name, rec.id, stale)) return;
-      if (in->linked) {
-        if (Inode* old = Find(in->rec.parent); old && old->dir) UnlinkChild(old, in->rec.name);
-        stale.entries.emplace_back(in->rec.parent, in->rec.name);
-      }
-      LinkChild(dir, rec.name, in);
-      in->linked = true;
-      stale.entries.emplace_back(rec.parent, rec.name);
-    }
-    const bool new_version = !SameContent(in->rec.layout, rec.layout);
-    const bool attrs = !SameAttrs(in->rec, rec);
-    // A local writer's open session stays as it is; its close publishes over this version.
-    in->rec = rec;
-    if (new_version) in->version = ++next_view_;
-    in->journaled = true;
-    if (new_version) {
-      stale.inodes.emplace_back(rec.id, true);
-    } else if (attrs) {
-      stale.inodes.emplace_back(rec.id, false);
-    }
+    new_version = !SameContent(in->rec.layout, rec.layout);
+    attrs = !SameAttrs(in->rec, rec);
+  }
+  const uint32_t nlink_before = in->linked ? in->rec.nlink() : 0;
+  auto claim = [&](Inode* d, const std::string& n) { return ClaimNameLocked(d, n, rec.id, stale); };
+  SetNames(in, names, claim, &stale.entries);
+  if (in->linked && in->rec.nlink() != nlink_before) attrs = true;  // a link came or went
+  // Everything but the names, which SetNames settled (a name lost to a conflict is left out).
+  ObjectRecord next = rec;
+  next.parent = in->rec.parent;
+  next.name = in->rec.name;
+  next.extra_links = in->rec.extra_links;
+  // A local writer's open session stays as it is; its close publishes over this version.
+  in->rec = std::move(next);
+  if (new_version) in->version = ++next_view_;
+  in->journaled = in->linked;
+  if (!in->linked) {
+    MaybeDrop(in);
+    return;
+  }
+  if (new_version) {
+    stale.inodes.emplace_back(rec.id, true);
+  } else if (attrs) {
+    stale.inodes.emplace_back(rec.id, false);
   }
   // Records that were waiting for this directory.
   if (in->dir) {
@@ -137,8 +140,7 @@ void Namespace::ApplyRemotePut(const ObjectRecord& rec) {
 }
 
 void Namespace::ApplyRemoteRemove(ObjectId id) {
-  uint64_t parent = 0;
-  std::string name;
+  std::vector<std::pair<uint64_t, std::string>> gone;
   {
     std::lock_guard lock(mu_);
     for (auto& [dir_id, waiting] : remote_orphans_) {
@@ -146,17 +148,13 @@ void Namespace::ApplyRemoteRemove(ObjectId id) {
     }
     Inode* in = Find(id);
     if (!in || id == kRootId) return;
-    if (in->linked) {
-      if (Inode* dir = Find(in->rec.parent); dir && dir->dir) UnlinkChild(dir, in->rec.name);
-      in->linked = false;
-      parent = in->rec.parent;
-      name = in->rec.name;
-    }
+    UnlinkAllNames(in, &gone);
     // Open handles keep the layout they hold; nothing more is journaled for this inode.
     in->journaled = false;
     MaybeDrop(in);
   }
-  if (!name.empty() && sink_) sink_->InvalidateEntry(parent, name);
+  if (!sink_) return;
+  for (const auto& [parent, name] : gone) sink_->InvalidateEntry(parent, name);
 }
 
 void Namespace::ReplaceLayout(ObjectId id, const LayoutRef& from, const LayoutRef& to) {

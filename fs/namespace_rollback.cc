@@ -19,47 +19,43 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(id);
-    auto unlink = [&](Inode* victim) {
-      if (!victim->linked) return;
-      if (Inode* dir = Find(victim->rec.parent); dir && dir->dir)
-        UnlinkChild(dir, victim->rec.name);
-      victim->linked = false;
-      stale_names.emplace_back(victim->rec.parent, victim->rec.name);
-    };
     if (!record) {
       // Nothing durable: the object leaves the tree (a new file whose publish failed, a new
       // directory, a rename target that was never made).
       if (!in) return;
-      unlink(in);
+      UnlinkAllNames(in, &stale_names);
       in->journaled = false;
       MaybeDrop(in);
     } else {
-      Inode* dir = Find(record->parent);
       if (!in) {
         // An unlink that never became durable: the inode comes back.
         auto fresh = std::make_unique<Inode>();
+        fresh->rec = *record;
         fresh->version = ++next_view_;
         if (record->type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
         fresh->linked = false;
         in = fresh.get();
         inodes_.emplace(id, std::move(fresh));
       }
-      const bool same_place =
-          in->linked && in->rec.parent == record->parent && in->rec.name == record->name;
       data_changed = in->rec.layout != record->layout;
-      if (!same_place) unlink(in);
-      in->rec = *record;
+      std::vector<kvfs::Link> names{{record->parent, record->name}};
+      names.insert(names.end(), record->extra_links.begin(), record->extra_links.end());
+      // Whatever occupies a durable name moves aside: it gets its own call, or was never durable.
+      auto move_aside = [&](Inode* dir, const std::string& name) {
+        Inode* occupant = Child(dir, name);
+        RemoveName(occupant, dir, name);
+        stale_names.emplace_back(dir->rec.id, name);
+        MaybeDrop(occupant);
+        return true;
+      };
+      SetNames(in, names, move_aside, &stale_names);
+      ObjectRecord next = *record;
+      next.parent = in->rec.parent;
+      next.name = in->rec.name;
+      next.extra_links = in->rec.extra_links;
+      in->rec = std::move(next);
       if (data_changed) in->version = ++next_view_;
       in->journaled = true;
-      if (!same_place && dir && dir->dir) {
-        if (Inode* occupant = Child(dir, record->name); occupant && occupant != in) {
-          unlink(occupant);
-          MaybeDrop(occupant);
-        }
-        LinkChild(dir, record->name, in);
-        in->linked = true;
-        stale_names.emplace_back(record->parent, record->name);
-      }
       MaybeDrop(in);
     }
   }

@@ -11,8 +11,7 @@ namespace kvfs::fs {
 
 void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
   const bool evicted = why == StoreRemoval::kEvicted;
-  uint64_t parent = 0;
-  std::string name;
+  std::vector<std::pair<uint64_t, std::string>> names;
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(id);
@@ -21,23 +20,20 @@ void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
     // An eviction never takes a name from under its writer.
     if (evicted && in->writing) return;
     in->journaled = false;
-    if (in->linked) {
-      if (Inode* dir = Find(in->rec.parent); dir && dir->dir) UnlinkChild(dir, in->rec.name);
-      in->linked = false;
-      parent = in->rec.parent;
-      name = in->rec.name;
-    }
+    UnlinkAllNames(in, &names);
     // Open handles keep the whole file (and fstat its size); the space returns as soon as the
     // last of them closes (Release), or now when there is none.
     ReleaseUnreachableData(in);
     MaybeDrop(in);
   }
+  const std::string name = names.empty() ? std::string() : names.front().second;
   if (evicted) {
     spdlog::debug("kvfs: evicted '{}' (id {})", name, id);
   } else {
     spdlog::error("kvfs: dropped '{}' (id {}) from the namespace: its data is corrupt", name, id);
   }
-  if (!name.empty() && sink_) sink_->InvalidateEntry(parent, name);
+  if (!sink_) return;
+  for (const auto& [parent, n] : names) sink_->InvalidateEntry(parent, n);
 }
 
 }  // namespace kvfs::fs

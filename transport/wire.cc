@@ -17,6 +17,9 @@ Status Malformed(std::string_view what) {
 
 namespace {
 
+// In a namespace record's type byte: the record ends with rdev and hard links.
+constexpr uint8_t kRecordExtended = 0x80;
+
 void PutLe(uint8_t* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -52,7 +55,7 @@ ObjectInfo GetInfo(ByteReader& r) {
   ObjectInfo m;
   m.exists = r.Bool();
   uint8_t type = r.U8();
-  if (type < 1 || type > 3) r.Fail();
+  if (type < 1 || type > kMaxObjectType) r.Fail();
   m.type = static_cast<ObjectType>(type);
   m.mode = r.U32();
   m.flags = r.U32();
@@ -498,10 +501,11 @@ std::string Encode(const NamespaceUpdate& m) {
     w.U16(v.origin);
     w.U32(static_cast<uint32_t>(v.puts.size()));
     for (const NamespaceRecord& p : v.puts) {
+      const bool extended = p.rdev != 0 || !p.extra_links.empty();
       w.U64(p.id);
       w.U64(p.parent);
       w.Str(p.name);
-      w.U8(static_cast<uint8_t>(p.type));
+      w.U8(static_cast<uint8_t>(p.type) | (extended ? kRecordExtended : 0));
       w.U32(p.mode);
       w.U32(p.uid);
       w.U32(p.gid);
@@ -517,6 +521,13 @@ std::string Encode(const NamespaceUpdate& m) {
       for (uint16_t n : p.replicas) w.U16(n);
       w.U64(p.stamp);
       w.U16(p.origin);
+      if (!extended) continue;
+      w.U64(p.rdev);
+      w.U32(static_cast<uint32_t>(p.extra_links.size()));
+      for (const Link& l : p.extra_links) {
+        w.U64(l.parent);
+        w.Str(l.name);
+      }
     }
     w.U32(static_cast<uint32_t>(v.removes.size()));
     for (const NamespaceRemove& r : v.removes) {
@@ -539,8 +550,9 @@ Status Decode(std::span<const uint8_t> b, NamespaceUpdate* m) {
     p.id = r.U64();
     p.parent = r.U64();
     p.name = r.Str(kMaxNameLen);
-    const uint8_t type = r.U8();
-    if (type < 1 || type > 3) r.Fail();
+    const uint8_t type_byte = r.U8();
+    const uint8_t type = type_byte & ~kRecordExtended;
+    if (type < 1 || type > kMaxObjectType) r.Fail();
     p.type = static_cast<ObjectType>(type);
     p.mode = r.U32();
     p.uid = r.U32();
@@ -558,6 +570,18 @@ Status Decode(std::span<const uint8_t> b, NamespaceUpdate* m) {
     for (uint32_t j = 0; j < nr && r.ok(); ++j) p.replicas.push_back(r.U16());
     p.stamp = r.U64();
     p.origin = r.U16();
+    if (type_byte & kRecordExtended) {
+      p.rdev = r.U64();
+      const uint32_t nl = r.U32();
+      // A link is at least 12 bytes (parent and the name's length).
+      if (nl >= kMaxLinks || nl > r.remaining() / 12) r.Fail();
+      for (uint32_t j = 0; j < nl && r.ok(); ++j) {
+        Link l;
+        l.parent = r.U64();
+        l.name = r.Str(kMaxNameLen);
+        p.extra_links.push_back(std::move(l));
+      }
+    }
     m->puts.push_back(std::move(p));
   }
   const uint32_t nrm = r.U32();

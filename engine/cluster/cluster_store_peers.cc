@@ -42,6 +42,8 @@ wire::NamespaceRecord ClusterStore::ToWire(const Entry& e) const {
   }
   w.stamp = e.stamp;
   w.origin = e.origin;
+  w.rdev = r.rdev;
+  w.extra_links = r.extra_links;
   return w;
 }
 
@@ -61,6 +63,8 @@ ClusterStore::Entry ClusterStore::FromWire(const wire::NamespaceRecord& w) const
   r.ctime = w.ctime;
   r.symlink_target = w.symlink_target;
   r.prefix_parent = w.prefix_parent;
+  r.rdev = w.rdev;
+  r.extra_links = w.extra_links;
   if (!w.chunk_key.empty()) {
     auto layout = std::make_shared<ClusterLayout>();
     layout->size = w.size;

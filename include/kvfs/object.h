@@ -1,6 +1,7 @@
 // The persistent object model shared by the engine (which stores and journals it) and the fs
-// layer (which builds the directory tree from it). One ObjectRecord per file, directory or
-// symlink; the namespace is the set of (parent, name) pairs in these records.
+// layer (which builds the directory tree from it). One ObjectRecord per file, directory, symlink
+// or special file; the namespace is the set of (parent, name) pairs in these records (a file
+// with hard links has several).
 #pragma once
 
 #include <algorithm>
@@ -51,7 +52,26 @@ struct Layout {
 // keeps unlinked-but-open and evicted-but-open files readable.
 using LayoutRef = std::shared_ptr<const Layout>;
 
-enum class ObjectType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
+// Special files (FIFOs, device nodes, sockets) are metadata only: the kernel serves their I/O.
+enum class ObjectType : uint8_t {
+  kFile = 1,
+  kDirectory = 2,
+  kSymlink = 3,
+  kFifo = 4,
+  kCharDevice = 5,
+  kBlockDevice = 6,
+  kSocket = 7,
+};
+constexpr uint8_t kMaxObjectType = 7;
+// Names one object may have (ext4's limit); link(2) beyond it fails with EMLINK.
+constexpr uint32_t kMaxLinks = 65000;
+
+// A directory entry: one name of an object.
+struct Link {
+  uint64_t parent = 0;
+  std::string name;
+  bool operator==(const Link&) const = default;
+};
 
 enum ObjectFlags : uint32_t {
   kFlagPinned = 1u << 0,  // never evicted
@@ -75,6 +95,11 @@ struct ObjectRecord {
   std::string symlink_target;           // kSymlink only
   ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
   LayoutRef layout;                     // kFile only; null means empty file
+  uint64_t rdev = 0;                    // kCharDevice and kBlockDevice: the device number
+  // Hard links: names beyond (parent, name), which is always the first one. Never directories.
+  std::vector<Link> extra_links;
+
+  uint32_t nlink() const { return 1 + static_cast<uint32_t>(extra_links.size()); }
 
   uint64_t size() const {
     if (type == ObjectType::kSymlink) return symlink_target.size();

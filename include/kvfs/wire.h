@@ -250,6 +250,10 @@ struct NamespaceRecord {
   std::vector<uint16_t> replicas;  // node ids holding the chunk, in ranking order
   uint64_t stamp = 0;              // wall-clock nanoseconds of the change at its origin
   uint16_t origin = 0;             // node id that made the change
+  // Encoded after `origin` only when set (flagged in the type byte), so plain records keep the
+  // original encoding.
+  uint64_t rdev = 0;
+  std::vector<Link> extra_links;  // hard links beyond (parent, name)
 };
 struct NamespaceRemove {
   uint64_t id = 0;

@@ -298,6 +298,39 @@ TEST_F(ClusterMountTest, EvictingOneCopyKeepsTheNameWhileAnotherNodeHoldsIt) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+TEST_F(ClusterMountTest, HardLinksAndSpecialFilesReachTheOtherNode) {
+  Start(0);
+  Start(1);
+  const std::string data = Random(1 << 20, 12);
+  ASSERT_EQ(mkdir(M(0, "d").c_str(), 0755), 0);
+  WriteAll(M(0, "a"), data);
+  ASSERT_EQ(link(M(0, "a").c_str(), M(0, "d/a2").c_str()), 0) << strerror(errno);
+  ASSERT_EQ(mkfifo(M(0, "fifo").c_str(), 0640), 0) << strerror(errno);
+  auto nlink = [](const std::string& p) {
+    struct stat st;
+    return ::lstat(p.c_str(), &st) == 0 ? static_cast<int>(st.st_nlink) : -1;
+  };
+  ASSERT_TRUE(WaitFor([&] { return Exists(M(1, "d/a2")) && Exists(M(1, "fifo")); }))
+      << ReadAll(nodes_[1].log);
+  EXPECT_EQ(ReadAll(M(1, "d/a2")), data);
+  EXPECT_EQ(nlink(M(1, "a")), 2);
+  struct stat f;
+  ASSERT_EQ(::lstat(M(1, "fifo").c_str(), &f), 0);
+  EXPECT_TRUE(S_ISFIFO(f.st_mode));
+  EXPECT_EQ(f.st_mode & 07777, 0640u);
+  // One name goes on node 2: node 1 keeps the other, with one link.
+  ASSERT_EQ(unlink(M(1, "a").c_str()), 0);
+  ASSERT_TRUE(WaitFor([&] { return !Exists(M(0, "a")) && nlink(M(0, "d/a2")) == 1; }));
+  EXPECT_EQ(ReadAll(M(0, "d/a2")), data);
+  // A link made on node 2 after a restart of node 1 arrives too.
+  Stop(0);
+  Start(0);
+  ASSERT_EQ(link(M(1, "d/a2").c_str(), M(1, "back").c_str()), 0) << strerror(errno);
+  ASSERT_TRUE(WaitFor([&] { return Exists(M(0, "back")) && nlink(M(0, "d/a2")) == 2; }))
+      << ReadAll(nodes_[0].log);
+  EXPECT_EQ(ReadAll(M(0, "back")), data);
+}
+
 TEST_F(ClusterMountTest, SingleNodeViews) {
   Daemon& d = nodes_[0];
   std::vector<std::string> argv = {KVFS_BIN, d.mnt, "--data", d.data, "-f", "--capacity", "256M"};

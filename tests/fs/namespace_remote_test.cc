@@ -143,5 +143,50 @@ TEST_F(NamespaceRemoteTest, ReplaceLayoutOnlySwapsTheNamedLayout) {
   EXPECT_EQ(ns_.Record(id)->layout.get(), other.get());
 }
 
+TEST_F(NamespaceRemoteTest, LinksComeAndGoWithTheRecord) {
+  const ObjectId dir = (1ull << 48) | 2, id = (1ull << 48) | 5;
+  ns_.ApplyRemotePut(Dir(dir, kRootId, "d"));
+  ObjectRecord r = File(id, kRootId, "a", 10);
+  ns_.ApplyRemotePut(r);
+  sink_.Clear();
+  // A link made on the peer: the new name appears and the inode's nlink is stale.
+  r.extra_links = {{dir, "b"}};
+  ns_.ApplyRemotePut(r);
+  ASSERT_TRUE(Has(dir, "b"));
+  EXPECT_EQ(ns_.GetAttr(id)->attr.st_nlink, 2u);
+  EXPECT_EQ(sink_.entries, (std::vector<Entry>{{dir, "b"}}));
+  EXPECT_EQ(sink_.inodes, (std::vector<std::pair<uint64_t, bool>>{{id, false}}));
+  sink_.Clear();
+  // The first name unlinked there: the second becomes the record's first name.
+  r.parent = dir;
+  r.name = "b";
+  r.extra_links.clear();
+  ns_.ApplyRemotePut(r);
+  EXPECT_FALSE(Has(kRootId, "a"));
+  EXPECT_TRUE(Has(dir, "b"));
+  EXPECT_EQ(ns_.GetAttr(id)->attr.st_nlink, 1u);
+  EXPECT_EQ(sink_.entries, (std::vector<Entry>{{kRootId, "a"}}));
+  // Removed: every name goes.
+  r.extra_links = {{kRootId, "c"}};
+  ns_.ApplyRemotePut(r);
+  ASSERT_TRUE(Has(kRootId, "c"));
+  sink_.Clear();
+  ns_.ApplyRemoteRemove(id);
+  EXPECT_FALSE(Has(dir, "b"));
+  EXPECT_FALSE(Has(kRootId, "c"));
+  EXPECT_EQ(sink_.entries, (std::vector<Entry>{{dir, "b"}, {kRootId, "c"}}));
+}
+
+TEST_F(NamespaceRemoteTest, ALinkLosesAConflictedNameButKeepsItsOthers) {
+  const ObjectId low = (1ull << 48) | 3, high = (2ull << 48) | 4;
+  ns_.ApplyRemotePut(File(high, kRootId, "x", 1));
+  ObjectRecord r = File(low, kRootId, "a", 2);
+  r.extra_links = {{kRootId, "x"}};  // "x" belongs to the higher id
+  ns_.ApplyRemotePut(r);
+  EXPECT_EQ(ns_.Lookup(kRootId, "x")->attr.st_ino, high);
+  EXPECT_EQ(ns_.Lookup(kRootId, "a")->attr.st_ino, low);
+  EXPECT_EQ(ns_.GetAttr(low)->attr.st_nlink, 1u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs

@@ -85,5 +85,25 @@ TEST_F(NamespaceRollbackTest, UndoneRenameMovesTheNameBack) {
   EXPECT_EQ(SizeOf(d->attr.st_ino, "y"), ~0ull);
 }
 
+TEST_F(NamespaceRollbackTest, UndoneLinkAndUnlinkRestoreTheNames) {
+  const uint64_t x = Publish(kRootId, "x", "xx");
+  ASSERT_TRUE(ns_.Link(x, kRootId, "x2").ok());
+  const ObjectRecord linked = Durable(x);
+  ASSERT_EQ(linked.nlink(), 2u);
+  // An unlink of the first name that never became durable: both names come back.
+  ASSERT_TRUE(ns_.Unlink(kRootId, "x").ok());
+  EXPECT_EQ(SizeOf(kRootId, "x"), ~0ull);
+  ns_.RestoreStoreRecord(x, &linked);
+  EXPECT_EQ(SizeOf(kRootId, "x"), 2u);
+  EXPECT_EQ(SizeOf(kRootId, "x2"), 2u);
+  EXPECT_EQ(ns_.GetAttr(x)->attr.st_nlink, 2u);
+  // A link that never became durable goes again.
+  ObjectRecord one = linked;
+  one.extra_links.clear();
+  ns_.RestoreStoreRecord(x, &one);
+  EXPECT_EQ(SizeOf(kRootId, "x2"), ~0ull);
+  EXPECT_EQ(ns_.GetAttr(x)->attr.st_nlink, 1u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs

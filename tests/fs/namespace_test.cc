@@ -208,7 +208,7 @@ TEST_F(NamespaceTest, NamesLongerThan255AreRefused) {
 TEST_F(NamespaceTest, ReaddirCookiesSurviveConcurrentChanges) {
   constexpr int kFiles = 1000;
   for (int i = 0; i < kFiles; ++i)
-    ASSERT_TRUE(ns_.Mknod(kRootId, "f" + std::to_string(i), 0644, 0, 0).ok());
+    ASSERT_TRUE(ns_.Mknod(kRootId, "f" + std::to_string(i), 0644, 0, 0, 0).ok());
   std::multiset<std::string> seen;
   uint64_t offset = 0;
   int added = 0;
@@ -226,7 +226,7 @@ TEST_F(NamespaceTest, ReaddirCookiesSurviveConcurrentChanges) {
     if (batch == 0) break;
     // Entries come and go between replies: new names, and names already returned.
     if (added < 100) {
-      ASSERT_TRUE(ns_.Mknod(kRootId, "new" + std::to_string(added++), 0644, 0, 0).ok());
+      ASSERT_TRUE(ns_.Mknod(kRootId, "new" + std::to_string(added++), 0644, 0, 0, 0).ok());
       // Removing a name already returned must not disturb the cookies of the rest.
       ASSERT_TRUE(ns_.Unlink(kRootId, "f" + std::to_string(added - 1)).ok());
     }
@@ -278,6 +278,99 @@ TEST_F(NamespaceTest, ControlNameIsReservedInRoot) {
   EXPECT_EQ(ns_.Mkdir(kRootId, ".kvfs", 0755, 0, 0).status().err(), EEXIST);
   auto d = ns_.Mkdir(kRootId, "sub", 0755, 0, 0);
   EXPECT_TRUE(ns_.Mkdir(d->attr.st_ino, ".kvfs", 0755, 0, 0).ok());
+}
+
+TEST_F(NamespaceTest, HardLinksAreJournaledWithTheRecordAndReloaded) {
+  const uint64_t ino = CreateFile(kRootId, "a", "data");
+  auto dir = ns_.Mkdir(kRootId, "d", 0755, 0, 0);
+  ASSERT_TRUE(dir.ok());
+  const uint64_t d = dir->attr.st_ino;
+  auto e = ns_.Link(ino, d, "b");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->attr.st_nlink, 2u);
+  EXPECT_EQ(e->attr.st_ino, ino);
+  const ObjectRecord* rec = StoredRecord(ino);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->extra_links, (std::vector<kvfs::Link>{{d, "b"}}));
+  EXPECT_EQ(ns_.Link(ino, d, "b").status().err(), EEXIST);
+  EXPECT_EQ(ns_.Link(d, kRootId, "d2").status().err(), EPERM);
+  EXPECT_EQ(ns_.Link(ino, kRootId, ".kvfs").status().err(), EEXIST);
+
+  // Unlinking the first name promotes the second; the record follows.
+  ASSERT_TRUE(ns_.Unlink(kRootId, "a").ok());
+  rec = StoredRecord(ino);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->parent, d);
+  EXPECT_EQ(rec->name, "b");
+  EXPECT_TRUE(rec->extra_links.empty());
+  EXPECT_EQ(ns_.GetAttr(ino)->attr.st_nlink, 1u);
+
+  // A fresh namespace over the same store shows both names of a relinked file.
+  ASSERT_TRUE(ns_.Link(ino, kRootId, "c").ok());
+  Namespace again(&store_, nullptr);
+  ASSERT_TRUE(again.Load().ok());
+  auto b = again.Lookup(d, "b");
+  auto c = again.Lookup(kRootId, "c");
+  ASSERT_TRUE(b.ok() && c.ok());
+  EXPECT_EQ(b->attr.st_ino, c->attr.st_ino);
+  EXPECT_EQ(c->attr.st_nlink, 2u);
+  EXPECT_EQ(again.GetAttr(d)->attr.st_nlink, 2u);  // no subdirectories
+  EXPECT_EQ(again.GetAttr(kRootId)->attr.st_nlink, 3u);
+
+  // The last name's unlink removes the record.
+  ASSERT_TRUE(ns_.Unlink(d, "b").ok());
+  EXPECT_NE(StoredRecord(ino), nullptr);
+  ASSERT_TRUE(ns_.Unlink(kRootId, "c").ok());
+  EXPECT_EQ(StoredRecord(ino), nullptr);
+}
+
+TEST_F(NamespaceTest, SpecialFilesAreMetadataOnly) {
+  auto fifo = ns_.Mknod(kRootId, "p", S_IFIFO | 0640, 0, 0, 0);
+  ASSERT_TRUE(fifo.ok());
+  EXPECT_TRUE(S_ISFIFO(fifo->attr.st_mode));
+  EXPECT_EQ(fifo->attr.st_blocks, 0);
+  auto chr = ns_.Mknod(kRootId, "c", S_IFCHR | 0600, 0x0103, 0, 0);
+  ASSERT_TRUE(chr.ok());
+  EXPECT_EQ(chr->attr.st_rdev, 0x0103u);
+  const ObjectRecord* rec = StoredRecord(chr->attr.st_ino);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->type, ObjectType::kCharDevice);
+  EXPECT_EQ(rec->rdev, 0x0103u);
+  EXPECT_EQ(ns_.Mknod(kRootId, "x", S_IFDIR | 0755, 0, 0, 0).status().err(), EINVAL);
+  EXPECT_EQ(ns_.Open(fifo->attr.st_ino, O_RDONLY).status().err(), ELOOP);  // the kernel's
+  std::set<std::pair<std::string, uint32_t>> seen;
+  ASSERT_TRUE(ns_.Readdir(kRootId, 0,
+                          [&](const std::string& n, uint64_t, uint32_t t, uint64_t) {
+                            seen.emplace(n, t);
+                            return true;
+                          })
+                  .ok());
+  EXPECT_TRUE(seen.count({"p", S_IFIFO}));
+  EXPECT_TRUE(seen.count({"c", S_IFCHR}));
+}
+
+TEST_F(NamespaceTest, RecordsWhoseLinksPointNowhereKeepTheirOtherNames) {
+  // As a store could hold them after a crash between two changes: a second name in a
+  // directory that is gone, and a first name that another record holds.
+  ObjectRecord taken;
+  taken.id = 50;
+  taken.parent = kRootId;
+  taken.name = "x";
+  taken.type = ObjectType::kFile;
+  ObjectRecord rec = taken;
+  rec.id = 51;
+  rec.extra_links = {{999, "nowhere"}, {kRootId, "y"}};
+  MetaBatch b;
+  b.puts = {taken, rec};
+  ASSERT_TRUE(store_.Apply(b).ok());
+  Namespace fresh(&store_, nullptr);
+  ASSERT_TRUE(fresh.Load().ok());
+  auto x = fresh.Lookup(kRootId, "x");
+  auto y = fresh.Lookup(kRootId, "y");
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(x->attr.st_ino, 50u);
+  EXPECT_EQ(y->attr.st_ino, 51u);
+  EXPECT_EQ(y->attr.st_nlink, 1u);
 }
 
 }  // namespace

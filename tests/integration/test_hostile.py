@@ -383,6 +383,34 @@ class SparseFileTest(unittest.TestCase):
                 self.assertEqual(f.read(6), b"middle")
             self.assertEqual(os.stat(m.path("sparse0")).st_size, 8 * self.TiB)
 
+    def test_a_write_far_past_the_end_needs_only_its_own_space(self):
+        # One byte at 2 GiB on a 128 MiB cache: the hole costs nothing, so it fits (pjdfstest
+        # open/25 writes there; it failed with ENOSPC while the size was checked, not the data).
+        with KvfsMount(capacity="128M") as m:
+            p = m.path("far")
+            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                self.assertEqual(os.pwrite(fd, b"a", (2 << 30) + 1), 1)
+            finally:
+                os.close(fd)
+            self.assertEqual(os.stat(p).st_size, (2 << 30) + 2)
+            with open(p, "rb") as f:
+                f.seek(2 << 30)
+                self.assertEqual(f.read(), b"\0a")
+            # Data that cannot fit still fails, before anything is evicted for it.
+            fd = os.open(m.path("big"), os.O_CREAT | os.O_WRONLY, 0o644)
+            chunk = b"x" * (1 << 20)
+            with self.assertRaises(OSError) as ctx:
+                for _ in range(200):
+                    os.write(fd, chunk)
+                os.close(fd)
+                fd = -1
+            self.assertEqual(ctx.exception.errno, errno.ENOSPC)
+            if fd >= 0:
+                with self.assertRaises(OSError):
+                    os.close(fd)
+            self.assertTrue(os.path.exists(p))
+
     def test_shrinking_a_sparse_file_and_growing_it_again(self):
         with KvfsMount(capacity="128M") as m:
             p = m.path("f")

@@ -227,6 +227,46 @@ TEST(WireMessages, RemoveRenameStatsErrorRelease) {
   EXPECT_EQ(RoundTrip(MsgType::kRdmaRelease, 0, RdmaRelease{1234}).token, 1234u);
 }
 
+TEST(WireMessages, NamespaceRecordsWithLinksAndSpecialTypes) {
+  NamespaceUpdate u;
+  u.origin = 3;
+  NamespaceRecord plain;
+  plain.id = 1;
+  plain.parent = 1;
+  plain.name = "plain";
+  NamespaceRecord linked = plain;
+  linked.id = 2;
+  linked.name = "linked";
+  linked.extra_links = {{1, "second"}, {7, "third"}};
+  NamespaceRecord dev = plain;
+  dev.id = 3;
+  dev.name = "dev";
+  dev.type = ObjectType::kBlockDevice;
+  dev.rdev = 0x801;
+  u.puts = {plain, linked, dev};
+  NamespaceUpdate back = RoundTrip(MsgType::kNamespacePush, 0, u);
+  ASSERT_EQ(back.puts.size(), 3u);
+  EXPECT_TRUE(back.puts[0].extra_links.empty());
+  EXPECT_EQ(back.puts[1].extra_links, linked.extra_links);
+  EXPECT_EQ(back.puts[2].type, ObjectType::kBlockDevice);
+  EXPECT_EQ(back.puts[2].rdev, 0x801u);
+  // A plain record keeps its original encoding: the extended one adds bytes only at its end.
+  NamespaceUpdate one;
+  one.puts = {plain};
+  NamespaceUpdate one_linked;
+  one_linked.puts = {plain};
+  one_linked.puts[0].extra_links = {{1, "x"}};
+  const std::string a = Encode(one), b = Encode(one_linked);
+  EXPECT_EQ(b.size(), a.size() + 8 + 4 + 8 + 4 + 1);
+  // An unknown object type is malformed.
+  NamespaceUpdate bad;
+  bad.puts = {plain};
+  bad.puts[0].type = static_cast<ObjectType>(8);
+  NamespaceUpdate out;
+  const std::string enc = Encode(bad);
+  EXPECT_FALSE(Decode(AsBytes(enc), &out).ok());
+}
+
 // ---- malformed frames ----
 
 std::string GoodFrame() { return EncodeFrame(MsgType::kLookup, 0, 1, Encode(LookupRequest{"/p"})); }
