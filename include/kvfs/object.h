@@ -63,8 +63,10 @@ enum class ObjectType : uint8_t {
   kSocket = 7,
 };
 constexpr uint8_t kMaxObjectType = 7;
-// Names one object may have (ext4's limit); link(2) beyond it fails with EMLINK.
-constexpr uint32_t kMaxLinks = 65000;
+// Names one object may have; link(2) beyond it fails with EMLINK. Every change journals the
+// whole record with all its names, so the bound keeps a record (and the journal traffic of
+// each link and unlink) small: a user cannot grow the journal quadratically.
+constexpr uint32_t kMaxLinks = 1000;
 
 // A directory entry: one name of an object.
 struct Link {

@@ -97,6 +97,21 @@ TEST_F(LinksTest, HardLinksShareOneFile) {
   EXPECT_LT(UsedBytes(mnt_), used);
 }
 
+TEST_F(LinksTest, LinksAreBounded) {
+  // Each link journals the record with all its names: past the bound link(2) says EMLINK, and
+  // the names made so far all work.
+  WriteFile(P("many"), "m");
+  int made = 1;
+  for (; made < 5000; ++made) {
+    if (link(P("many").c_str(), P("l" + std::to_string(made)).c_str()) != 0) break;
+  }
+  EXPECT_EQ(errno, EMLINK);
+  EXPECT_GE(made, 1000);
+  EXPECT_LT(made, 5000);
+  EXPECT_EQ(Lstat(P("many")).st_nlink, static_cast<nlink_t>(made));
+  EXPECT_EQ(ReadFile(P("l" + std::to_string(made - 1))), "m");
+}
+
 TEST_F(LinksTest, RenameOverALinkedNameKeepsTheOtherName) {
   WriteFile(P("dst"), "old");
   ASSERT_EQ(link(P("dst").c_str(), P("dstlnk").c_str()), 0);
