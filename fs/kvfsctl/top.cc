@@ -20,9 +20,9 @@
 #include <string>
 #include <thread>
 
+#include "json_text.h"
 #include "kvfs/size.h"
 #include "kvfsctl.h"
-#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -60,7 +60,9 @@ double Delta(const Sample& a, const Sample& b, const char* key) {
 
 nlohmann::json Row(const Sample& a, const Sample& b) {
   const double dt = std::max(1e-6, std::chrono::duration<double>(b.at - a.at).count());
-  const double hits = Delta(a, b, "lookup_hits"), misses = Delta(a, b, "lookup_misses");
+  // The hit rate as kvfsctl(8) defines it: published files opened to read against names looked
+  // up and not found. Lookups alone say little: the kernel answers repeated ones itself.
+  const double hits = Delta(a, b, "hits"), misses = Delta(a, b, "misses");
   const double cap = b.Get("capacity_bytes"), used = b.Get("used_bytes");
   auto count = [](double v) { return static_cast<uint64_t>(std::llround(v)); };
   return nlohmann::json{
@@ -72,9 +74,11 @@ nlohmann::json Row(const Sample& a, const Sample& b) {
       {"reads_per_s", Delta(a, b, "reads") / dt},
       {"writes_per_s", Delta(a, b, "writes") / dt},
       {"lookups_per_s", Delta(a, b, "lookups") / dt},
-      {"lookup_hits", count(hits)},
-      {"lookup_misses", count(misses)},
-      // No lookups in the interval: no rate to show, rather than a made-up 0 or 100%.
+      {"lookup_hits", count(Delta(a, b, "lookup_hits"))},
+      {"lookup_misses", count(Delta(a, b, "lookup_misses"))},
+      {"hits", count(hits)},
+      {"misses", count(misses)},
+      // Neither in the interval: no rate to show, rather than a made-up 0 or 100%.
       {"hit_rate", hits + misses > 0 ? nlohmann::json(hits / (hits + misses)) : nlohmann::json()},
       {"evictions", count(Delta(a, b, "evictions"))},
       {"used_bytes", count(used)},
@@ -103,9 +107,13 @@ void PrintScreen(const std::string& root, double interval, const nlohmann::json&
               r["reads_per_s"].get<double>());
   std::printf("  write      %12s  %8.0f ops/s\n",
               Rate(r["write_bytes_per_s"].get<double>()).c_str(), r["writes_per_s"].get<double>());
-  std::printf("  lookups    %10.0f/s  hits %llu, misses %llu, hit rate %s\n",
+  std::printf(
+      "  hit rate   %10s  %llu hits (files opened to read), %llu misses (names not found)\n",
+      HitRate(r).c_str(), r["hits"].get<unsigned long long>(),
+      r["misses"].get<unsigned long long>());
+  std::printf("  lookups    %10.0f/s  %llu found, %llu not found\n",
               r["lookups_per_s"].get<double>(), r["lookup_hits"].get<unsigned long long>(),
-              r["lookup_misses"].get<unsigned long long>(), HitRate(r).c_str());
+              r["lookup_misses"].get<unsigned long long>());
   std::printf("  evictions  %llu\n", r["evictions"].get<unsigned long long>());
   std::printf("  used       %s of %s (%.1f%%), %llu files\n",
               FormatSize(r["used_bytes"].get<uint64_t>()).c_str(),

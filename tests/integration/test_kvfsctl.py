@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 from kvfs_testlib import (KvfsMount, chunk_bytes, default_kvfsctl_bin, file_matches,
@@ -98,9 +99,34 @@ class JsonOutput(KvfsctlTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         row = json.loads(r.stdout)
         for key in ("time", "interval_s", "read_bytes_per_s", "write_bytes_per_s", "reads_per_s",
-                    "writes_per_s", "lookups_per_s", "lookup_hits", "lookup_misses", "hit_rate",
-                    "evictions", "used_bytes", "capacity_bytes", "used_ratio", "files"):
+                    "writes_per_s", "lookups_per_s", "lookup_hits", "lookup_misses", "hits",
+                    "misses", "hit_rate", "evictions", "used_bytes", "capacity_bytes",
+                    "used_ratio", "files"):
             self.assertIn(key, row)
+
+    def test_top_hit_rate_is_opens_against_missing_names(self):
+        # The same definition as status: 3 opens of a published file and 1 missing name in the
+        # interval make 75%, whatever the kernel's caches answered without kvfs.
+        a = self.publish("hot", 4096)
+        with open(a, "rb"):
+            pass  # its lookup is done, before the interval starts
+        top = subprocess.Popen([self.ctl, "top", self.m.mnt, "--count", "1", "--interval", "2",
+                                "--json"], stdout=subprocess.PIPE, text=True,
+                               stdin=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            for _ in range(3):
+                with open(a, "rb") as f:
+                    f.read()
+            self.assertFalse(os.path.exists(self.m.path("cold-miss")))
+            out, _ = top.communicate(timeout=30)
+        finally:
+            if top.poll() is None:
+                top.kill()
+                top.wait()
+        row = json.loads(out)
+        self.assertEqual((row["hits"], row["misses"]), (3, 1), row)
+        self.assertAlmostEqual(row["hit_rate"], 0.75)
 
     def test_failures_are_json_too(self):
         r = run([self.ctl, "status", self.tmp, "--json"])
