@@ -55,6 +55,22 @@ class EngineContext {
 
   // Reads (verifying every checksum) and writes segments through this thread's ring.
   Status ReadSegments(const std::vector<SegmentRead>& reads);
+  // Every stored segment read from a device goes through here: SegmentCodec::Open (verify,
+  // decode lz4 into `decode_buf`), and a corruption is counted and logged once.
+  Result<const uint8_t*> OpenSegment(const Segment& seg, const uint8_t* stored,
+                                     uint8_t* decode_buf);
+
+  // Readers that find corrupt stored bytes report the version here; the engine drops its
+  // record (the next lookup misses) and tells the fs. Cleared before the engine goes away.
+  using CorruptionHandler = std::function<void(const LayoutRef& layout, const Status& why)>;
+  void SetCorruptionHandler(CorruptionHandler handler) {
+    std::lock_guard lock(corrupt_mu_);
+    on_corrupt_ = std::move(handler);
+  }
+  void ReportCorruption(const LayoutRef& layout, const Status& why) {
+    std::lock_guard lock(corrupt_mu_);
+    if (on_corrupt_) on_corrupt_(layout, why);
+  }
   Status WriteSegments(const std::vector<SegmentWrite>& writes);
 
   // The device of a new chunk's first segment (round robin), so stripes start evenly.
@@ -106,6 +122,8 @@ class EngineContext {
   EngineCounters counters_;
   std::mutex reclaim_mu_;
   Reclaimer reclaim_;
+  std::mutex corrupt_mu_;
+  CorruptionHandler on_corrupt_;
   std::atomic<uint64_t> overflow_used_{0};
 };
 

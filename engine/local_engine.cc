@@ -43,7 +43,10 @@ Status ValidateOptions(FileSystem& fs, const EngineOptions& o) {
 }  // namespace
 
 LocalEngineImpl::~LocalEngineImpl() {
-  if (ctx_) ctx_->SetReclaimer(nullptr);  // writers that outlive the engine get ENOSPC
+  if (ctx_) {
+    ctx_->SetReclaimer(nullptr);          // writers that outlive the engine get ENOSPC
+    ctx_->SetCorruptionHandler(nullptr);  // readers that outlive it only fail their read
+  }
   if (committer_.joinable()) {
     {
       std::lock_guard lock(mu_);
@@ -106,9 +109,11 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
   eviction_->Recover(*fs_, options_.data_dir, index_.Snapshot());
   ctx_->SetReclaimer(
       [this](uint64_t needed, bool may_evict) { return Reclaim(needed, may_evict); });
-  KVFS_ASSIGN_OR_RETURN(journal_, Journal::OpenForAppend(*fs_, options_.data_dir,
-                                                         state.journal_number,
-                                                         state.journal_valid_bytes));
+  ctx_->SetCorruptionHandler(
+      [this](const LayoutRef& layout, const Status& why) { DropCorrupt(layout, why); });
+  KVFS_ASSIGN_OR_RETURN(journal_,
+                        Journal::OpenForAppend(*fs_, options_.data_dir, state.journal_number,
+                                               state.journal_valid_bytes));
   journal_->set_fault_injector(options_.fault_injector.get());
   KVFS_RETURN_IF_ERROR(fs_->SyncDir(options_.data_dir));
   damage_ = std::move(state.damage);

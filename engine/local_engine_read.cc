@@ -11,17 +11,6 @@
 #include "record_codec.h"
 
 namespace kvfs {
-namespace {
-
-// Bad stored bytes (as opposed to a failed device I/O, which may be transient): the segment
-// codec reports them as "checksum mismatch ..." or "corruption: ...".
-bool IsBadData(const Status& st) {
-  const std::string& m = st.message();
-  return m.rfind("checksum mismatch", 0) == 0 || m.rfind("corruption:", 0) == 0;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<ChunkWriter>> LocalEngineImpl::NewWriter(LayoutRef base) {
   if (base && !ctx_->space().Owns(base)) {
     return Status::Invalid("base layout was not made by this engine");
@@ -32,7 +21,8 @@ Result<std::unique_ptr<ChunkWriter>> LocalEngineImpl::NewWriter(LayoutRef base) 
 Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, void* out,
                                      size_t len) {
   Result<size_t> r = ReadChecked(layout, offset, out, len);
-  if (!r.ok() && IsBadData(r.status())) DropCorrupt(layout, r.status());
+  // Bad stored bytes, not a failed (maybe transient) device read: the record goes.
+  if (!r.ok() && r.status().IsCorruption()) DropCorrupt(layout, r.status());
   return r;
 }
 

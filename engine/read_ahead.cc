@@ -142,14 +142,13 @@ void SegmentReadAhead::Complete(uint64_t token, Status st) {
   const Segment& seg = *layout_->Find(slot.segment);  // in flight: a stored segment
   if (st.ok()) {
     ctx_->counters().bytes_read.fetch_add(seg.stored_len);
-    if (seg.codec == Codec::kNone && seg.stored_len == seg.raw_len &&
-        SegmentCodec::Checksum(slot.stored.get(), seg.stored_len) == seg.checksum) {
-      slot.served = slot.stored;  // verified in place: served without a copy
+    if (seg.codec != Codec::kNone && !slot.decoded) slot.decoded = AlignedBuffer(seg_size_);
+    Result<const uint8_t*> raw = ctx_->OpenSegment(seg, slot.stored.get(), slot.decoded.get());
+    if (raw.ok()) {
+      // A raw segment is verified in place and served without a copy.
+      slot.served = *raw == slot.stored.get() ? slot.stored : slot.decoded;
     } else {
-      // lz4, or a mismatch: Decode verifies (and words the error as the engine always does).
-      if (!slot.decoded) slot.decoded = AlignedBuffer(seg_size_);
-      st = SegmentCodec::Decode(seg, slot.stored.get(), slot.decoded.get());
-      if (st.ok()) slot.served = slot.decoded;
+      st = raw.status();
     }
   }
   slot.error = st;
@@ -164,6 +163,13 @@ Status SegmentReadAhead::WaitFor(Slot* slot) {
 }
 
 Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
+  Result<ReadView> view = ReadLocked(offset, len);
+  // Outside the window's lock: the engine drops the record and tells the fs.
+  if (!view.ok() && view.status().IsCorruption()) ctx_->ReportCorruption(layout_, view.status());
+  return view;
+}
+
+Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
   ReadView view;
   const Layout& layout = *layout_;
   if (offset >= layout.size || len == 0) return view;

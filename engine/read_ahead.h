@@ -32,9 +32,12 @@ class SegmentReadAhead final : public ChunkReader {
                    std::shared_ptr<ReadAheadCounters> counters, uint32_t depth);
   ~SegmentReadAhead() override;
 
+  // A corrupt segment is reported to the engine (EngineContext::ReportCorruption), which drops
+  // the record; the read fails with that Corruption status.
   Result<ReadView> Read(uint64_t offset, size_t len) override;
 
  private:
+  Result<ReadView> ReadLocked(uint64_t offset, size_t len);
   struct Slot;
   Slot* Find(uint64_t segment);
   // A slot to read into: unused, behind the reader [first, last] or new while the window has

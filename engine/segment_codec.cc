@@ -58,48 +58,33 @@ EncodedSegment SegmentCodec::Encode(Compression mode, const uint8_t* raw, uint32
   return out;
 }
 
-Status SegmentCodec::Decode(const Segment& seg, const uint8_t* stored, uint8_t* out) {
-  const uint64_t actual = Checksum(stored, seg.stored_len);
-  if (actual != seg.checksum) {
-    return Status::IoError("checksum mismatch on device " + std::to_string(seg.device) +
-                           " at offset " + std::to_string(seg.offset) + " (" +
-                           std::to_string(seg.stored_len) + " bytes)");
+Result<const uint8_t*> SegmentCodec::Open(const Segment& seg, const uint8_t* stored,
+                                          uint8_t* decode_buf) {
+  if (Checksum(stored, seg.stored_len) != seg.checksum) {
+    return Status::Corruption("checksum mismatch on device " + std::to_string(seg.device) +
+                              " at offset " + std::to_string(seg.offset) + " (" +
+                              std::to_string(seg.stored_len) + " bytes)");
   }
   switch (seg.codec) {
     case Codec::kNone:
       if (seg.stored_len != seg.raw_len) return Status::Corruption("raw segment length mismatch");
-      std::memcpy(out, stored, seg.raw_len);
-      return Status::Ok();
+      return stored;
     case Codec::kLz4: {
-      const int n =
-          LZ4_decompress_safe(reinterpret_cast<const char*>(stored), reinterpret_cast<char*>(out),
-                              static_cast<int>(seg.stored_len), static_cast<int>(seg.raw_len));
+      const int n = LZ4_decompress_safe(
+          reinterpret_cast<const char*>(stored), reinterpret_cast<char*>(decode_buf),
+          static_cast<int>(seg.stored_len), static_cast<int>(seg.raw_len));
       if (n < 0 || static_cast<uint32_t>(n) != seg.raw_len) {
         return Status::Corruption("lz4 segment does not decode to its length");
       }
-      return Status::Ok();
+      return static_cast<const uint8_t*>(decode_buf);
     }
   }
   return Status::Corruption("unknown segment codec " + std::to_string(int(seg.codec)));
 }
 
-Status SegmentCodec::DecodeRange(const Segment& seg, const uint8_t* stored, uint32_t from,
-                                 uint32_t len, uint8_t* out, std::vector<uint8_t>* scratch) {
-  if (static_cast<uint64_t>(from) + len > seg.raw_len) {
-    return Status::Invalid("segment range past its end");
-  }
-  if (seg.codec == Codec::kNone || (from == 0 && len == seg.raw_len)) {
-    if (seg.codec == Codec::kNone) {
-      if (Checksum(stored, seg.stored_len) != seg.checksum) return Decode(seg, stored, out);
-      if (seg.stored_len != seg.raw_len) return Status::Corruption("raw segment length mismatch");
-      std::memcpy(out, stored + from, len);
-      return Status::Ok();
-    }
-    return Decode(seg, stored, out);
-  }
-  scratch->resize(seg.raw_len);
-  KVFS_RETURN_IF_ERROR(Decode(seg, stored, scratch->data()));
-  std::memcpy(out, scratch->data() + from, len);
+Status SegmentCodec::Decode(const Segment& seg, const uint8_t* stored, uint8_t* out) {
+  KVFS_ASSIGN_OR_RETURN(const uint8_t* raw, Open(seg, stored, out));
+  if (raw != out) std::memcpy(out, raw, seg.raw_len);
   return Status::Ok();
 }
 

@@ -37,14 +37,14 @@ class SegmentCodec {
   static EncodedSegment Encode(Compression mode, const uint8_t* raw, uint32_t raw_len,
                                uint8_t* scratch, size_t scratch_len);
 
-  // Verifies `stored` against `seg.checksum`, then decodes raw bytes [from, from + len) of the
-  // segment into `out`. `scratch` (resized as needed) holds a whole lz4 segment when only part
-  // of it is wanted.
-  static Status DecodeRange(const Segment& seg, const uint8_t* stored, uint32_t from, uint32_t len,
-                            uint8_t* out, std::vector<uint8_t>* scratch);
+  // The one place a stored segment is checked and decoded: verifies `stored` against
+  // `seg.checksum`, then yields the segment's seg.raw_len raw bytes: `stored` itself when it is
+  // stored raw (no copy), else decoded into `decode_buf` (seg.raw_len bytes). Every failure
+  // (checksum mismatch, a length or codec that does not fit) is a Corruption status.
+  static Result<const uint8_t*> Open(const Segment& seg, const uint8_t* stored,
+                                     uint8_t* decode_buf);
 
-  // Verifies `stored` against `seg.checksum`, then decodes exactly seg.raw_len bytes into `out`.
-  // A mismatch is EIO "checksum mismatch ..." and `out` is left untouched.
+  // Open, then the raw bytes copied into `out` (seg.raw_len bytes; left untouched on error).
   static Status Decode(const Segment& seg, const uint8_t* stored, uint8_t* out);
 };
 

@@ -20,16 +20,25 @@ class [[nodiscard]] Status {
   static Status NotFound(std::string m) { return Error(ENOENT, std::move(m)); }
   static Status NoSpace(std::string m) { return Error(ENOSPC, std::move(m)); }
   static Status Invalid(std::string m) { return Error(EINVAL, std::move(m)); }
-  static Status Corruption(std::string m) { return Error(EIO, "corruption: " + std::move(m)); }
+  // Stored bytes that are not what was written (a checksum mismatch, an undecodable
+  // segment): EIO to the application, and IsCorruption() for the code that must drop them.
+  // A failed device read is a plain IoError: it may be transient.
+  static Status Corruption(std::string m) {
+    Status st(EIO, std::move(m));
+    st.corruption_ = true;
+    return st;
+  }
 
   bool ok() const { return err_ == 0; }
   int err() const { return err_; }  // positive errno; 0 when ok
+  bool IsCorruption() const { return corruption_; }
   const std::string& message() const { return message_; }
   std::string ToString() const;
 
  private:
   Status(int err, std::string message) : err_(err <= 0 ? EIO : err), message_(std::move(message)) {}
   int err_ = 0;
+  bool corruption_ = false;
   std::string message_;
 };
 
@@ -61,8 +70,9 @@ class [[nodiscard]] Result {
 
 inline std::string Status::ToString() const {
   if (ok()) return "OK";
-  return message_.empty() ? ("errno " + std::to_string(err_))
-                          : (message_ + " (errno " + std::to_string(err_) + ")");
+  const std::string what = (corruption_ ? "corruption: " : "") + message_;
+  return what.empty() ? ("errno " + std::to_string(err_))
+                      : (what + " (errno " + std::to_string(err_) + ")");
 }
 
 }  // namespace kvfs
