@@ -135,37 +135,6 @@ bool IsStorageKey(const std::string& key) {
   return kKeys.count(key) != 0;
 }
 
-Status ApplyPeers(const Reader& r, const std::string& shown, const toml::value& v,
-                  ClusterSettings& c) {
-  if (!v.is_array()) return r.Fail(shown, "expected an array of tables ([[" + shown + "]])");
-  const auto& peers = v.as_array();
-  for (size_t i = 0; i < peers.size(); ++i) {
-    const std::string at = shown + "[" + std::to_string(i) + "]";
-    if (!peers[i].is_table()) return r.Fail(at, "expected a table with id and address");
-    PeerSpec peer;
-    bool has_id = false, has_address = false;
-    for (const auto& [key, value] : peers[i].as_table()) {
-      if (key == "id") {
-        KVFS_ASSIGN_OR_RETURN(int64_t id, r.Integer(at + ".id", value, 1, 65535));
-        peer.id = static_cast<uint16_t>(id);
-        has_id = true;
-      } else if (key == "address") {
-        KVFS_ASSIGN_OR_RETURN(std::string text, r.String(at + ".address", value));
-        auto hp = ParseHostPort(text);
-        if (!hp.ok()) return r.Fail(at + ".address", hp.status().message());
-        peer.host = hp->host;
-        peer.port = hp->port;
-        has_address = true;
-      } else {
-        return r.Fail(at + "." + key, "unknown key");
-      }
-    }
-    if (!has_id || !has_address) return r.Fail(at, "needs both id and address");
-    c.peers.push_back(peer);
-  }
-  return Status::Ok();
-}
-
 Status ApplyTable(const Reader& r, const std::string& table, const toml::value& v,
                   MountOptions& o) {
   if (!v.is_table()) return r.Fail(table, "expected a table [" + table + "]");
@@ -178,10 +147,10 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
       if (key == "id") {
         KVFS_ASSIGN_OR_RETURN(int64_t id, r.Integer(shown, value, 1, 65535));
         c.node_id = static_cast<uint16_t>(id);
-      } else if (key == "listen") {
-        KVFS_ASSIGN_OR_RETURN(c.listen, r.String(shown, value));
-        if (auto hp = ParseHostPort(c.listen); !hp.ok())
-          return r.Fail(shown, hp.status().message());
+      } else if (key == "listen" || key == "advertise") {
+        std::string& field = key == "listen" ? c.listen : c.advertise;
+        KVFS_ASSIGN_OR_RETURN(field, r.String(shown, value));
+        if (auto hp = ParseHostPort(field); !hp.ok()) return r.Fail(shown, hp.status().message());
       } else {
         return r.Fail(shown, "unknown key");
       }
@@ -196,13 +165,32 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
       } else if (key == "request_timeout_ms") {
         KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 10, 600000));
         c.request_timeout_ms = static_cast<uint32_t>(n);
-      } else if (key == "ping_interval_ms") {
-        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 10, 600000));
-        c.ping_interval_ms = static_cast<uint32_t>(n);
+      } else if (key == "lease_ttl_s") {
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 2, 3600));
+        c.lease_ttl_s = static_cast<uint32_t>(n);
+      } else if (key == "repair_bandwidth") {
+        KVFS_ASSIGN_OR_RETURN(std::string text, r.String(shown, value));
+        auto size = ParseSize(text);
+        if (!size.ok() || *size < (1ull << 20))
+          return r.Fail(shown, "expected a size of at least 1M (bytes per second)");
+        c.repair_bandwidth = *size;
       } else if (key == "keep_local_copy") {
         KVFS_ASSIGN_OR_RETURN(c.keep_local_copy, r.Bool(shown, value));
-      } else if (key == "peers") {
-        KVFS_RETURN_IF_ERROR(ApplyPeers(r, shown, value, c));
+      } else if (key == "etcd") {
+        if (!value.is_array() || value.as_array().empty())
+          return r.Fail(shown, "expected an array of endpoint URLs");
+        c.etcd.clear();
+        for (const toml::value& e : value.as_array()) {
+          KVFS_ASSIGN_OR_RETURN(std::string url, r.String(shown, e));
+          if (Status st = CheckEtcdEndpoint(url); !st.ok()) return r.Fail(shown, st.message());
+          c.etcd.push_back(url);
+        }
+      } else if (key == "etcd_prefix") {
+        KVFS_ASSIGN_OR_RETURN(c.etcd_prefix, r.String(shown, value));
+      } else if (key == "etcd_ca" || key == "etcd_cert" || key == "etcd_key") {
+        std::string& field =
+            key == "etcd_ca" ? c.etcd_ca : (key == "etcd_cert" ? c.etcd_cert : c.etcd_key);
+        KVFS_ASSIGN_OR_RETURN(field, r.String(shown, value));
       } else {
         return r.Fail(shown, "unknown key");
       }
@@ -248,19 +236,35 @@ Result<HostPort> ParseHostPort(std::string_view text) {
   return hp;
 }
 
-Result<PeerSpec> ParsePeerFlag(std::string_view text) {
-  auto eq = text.find('=');
-  if (eq == std::string_view::npos || eq == 0)
-    return Status::Invalid("--peer '" + std::string(text) + "': use N=HOST:PORT");
-  std::string_view id = text.substr(0, eq);
-  if (id.size() > 5 || id.find_first_not_of("0123456789") != id.npos)
-    return Status::Invalid("--peer '" + std::string(text) + "': bad node id");
-  unsigned long n = std::stoul(std::string(id));
-  if (n == 0 || n > 65535)
-    return Status::Invalid("--peer '" + std::string(text) + "': node id must be 1..65535");
-  auto hp = ParseHostPort(text.substr(eq + 1));
-  if (!hp.ok()) return Status::Invalid("--peer: " + hp.status().message());
-  return PeerSpec{static_cast<uint16_t>(n), hp->host, hp->port};
+Status CheckEtcdEndpoint(std::string_view url) {
+  const std::string shown = "'" + std::string(url) + "'";
+  std::string_view rest;
+  if (url.starts_with("http://")) {
+    rest = url.substr(7);
+  } else if (url.starts_with("https://")) {
+    rest = url.substr(8);
+  } else {
+    return Status::Invalid("etcd endpoint " + shown +
+                           ": use http://HOST:PORT or https://HOST:PORT");
+  }
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (auto hp = ParseHostPort(rest); !hp.ok())
+    return Status::Invalid("etcd endpoint " + shown + ": " + hp.status().message());
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text) {
+  std::vector<std::string> urls;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view one = text.substr(start, comma - start);
+    KVFS_RETURN_IF_ERROR(CheckEtcdEndpoint(one));
+    urls.emplace_back(one);
+    start = comma + 1;
+  }
+  return urls;
 }
 
 Status LoadConfigFile(const std::string& path, MountOptions& options) {
@@ -278,9 +282,6 @@ Status LoadConfigFile(const std::string& path, MountOptions& options) {
   for (const auto& [key, value] : root.as_table()) {
     if (key == "storage" || key == "node" || key == "cluster") {
       KVFS_RETURN_IF_ERROR(ApplyTable(r, key, value, options));
-    } else if (key == "peer") {
-      // [[peer]] is accepted as a shorter spelling of [[cluster.peers]].
-      KVFS_RETURN_IF_ERROR(ApplyPeers(r, "peer", value, options.cluster));
     } else if (IsStorageKey(key)) {
       KVFS_RETURN_IF_ERROR(ApplyStorageKey(r, key, key, value, options));
     } else {
@@ -291,21 +292,27 @@ Status LoadConfigFile(const std::string& path, MountOptions& options) {
 }
 
 Status ValidateClusterSettings(const ClusterSettings& c) {
-  if (!c.enabled()) return Status::Ok();
+  if (!c.enabled()) {
+    if (c.node_id != 0 || !c.listen.empty())
+      return Status::Invalid(
+          "--node-id and --listen are cluster settings: give the cluster's etcd endpoints "
+          "(--etcd URL[,URL...] or [cluster] etcd) too");
+    return Status::Ok();
+  }
   if (c.node_id == 0)
     return Status::Invalid("cluster mode needs a node id (--node-id or [node] id, 1..65535)");
-  if (!c.listen.empty()) KVFS_RETURN_IF_ERROR(ParseHostPort(c.listen).status());
-  std::set<uint16_t> ids = {c.node_id};
-  std::set<std::string> addresses;
-  if (!c.listen.empty()) addresses.insert(c.listen);
-  for (const PeerSpec& p : c.peers) {
-    if (!ids.insert(p.id).second)
-      return Status::Invalid("duplicate node id " + std::to_string(p.id) +
-                             (p.id == c.node_id ? " (a peer has this node's own id)" : ""));
-    std::string addr = p.host.find(':') != std::string::npos
-                           ? "[" + p.host + "]:" + std::to_string(p.port)
-                           : p.host + ":" + std::to_string(p.port);
-    if (!addresses.insert(addr).second) return Status::Invalid("duplicate node address " + addr);
+  if (c.listen.empty())
+    return Status::Invalid(
+        "cluster mode needs a peer address (--listen HOST:PORT or [node] listen)");
+  KVFS_RETURN_IF_ERROR(ParseHostPort(c.listen).status());
+  for (const std::string& url : c.etcd) KVFS_RETURN_IF_ERROR(CheckEtcdEndpoint(url));
+  if (c.etcd_prefix.empty() || c.etcd_prefix.front() != '/')
+    return Status::Invalid("the etcd prefix must start with '/'");
+  if (c.etcd_cert.empty() != c.etcd_key.empty())
+    return Status::Invalid("etcd TLS: give both a client certificate and its key, or neither");
+  for (const std::string* f : {&c.etcd_ca, &c.etcd_cert, &c.etcd_key}) {
+    if (!f->empty() && access(f->c_str(), R_OK) != 0)
+      return Status::Invalid("etcd TLS file " + *f + ": " + std::strerror(errno));
   }
   if (c.replicas < 1 || c.replicas > 64) return Status::Invalid("replicas must be 1..64");
   if (c.request_timeout_ms < 10) return Status::Invalid("request timeout must be >= 10 ms");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvfs/status.h"
 
@@ -24,17 +25,17 @@ struct HostPort {
 // plausible DNS name (letters, digits, '-', '.').
 Result<HostPort> ParseHostPort(std::string_view text);
 
-// "N=HOST:PORT" as given to --peer.
-struct PeerSpec;
-Result<PeerSpec> ParsePeerFlag(std::string_view text);
+// "URL[,URL...]" as given to --etcd: each http:// or https:// with a host and a port.
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text);
+Status CheckEtcdEndpoint(std::string_view url);
 
 // Reads `path` and sets every key it names in `options`. Unknown keys or tables, wrong types and
 // bad values are errors (EINVAL, message "config PATH: KEY: why").
 Status LoadConfigFile(const std::string& path, MountOptions& options);
 
-// Checks the cluster settings once file and flags are merged: node id, listen address, unique
-// peer ids and addresses, a readable non-empty secret file, a transport this host can use.
-// Single-node settings (no listen address, no peers) always pass.
+// Checks the cluster settings once file and flags are merged: node id, listen address, etcd
+// endpoints, readable TLS files, a readable non-empty secret file, a transport this host can
+// use. Single-node settings (no etcd) always pass; cluster keys without --etcd are an error.
 Status ValidateClusterSettings(const ClusterSettings& cluster);
 
 }  // namespace kvfs::fs

@@ -5,14 +5,14 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
 
-#include "cluster_node.h"
+#include "json_text.h"
 #include "kvfs/version.h"
 #include "splice_reply.h"
-#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -74,6 +74,24 @@ Control::Control(Namespace* ns, ChunkStore* store, DaemonInfo info)
   Register("status", "the same JSON as .kvfs/status", [this](const std::vector<std::string>&) {
     return Result<nlohmann::json>(StatusJson());
   });
+  // kvfsctl drain: no new copies go to the node, and its chunks are copied elsewhere.
+  for (const bool drain : {true, false}) {
+    Register(drain ? "drain" : "undrain",
+             drain ? "drain [NODE]: move copies off a node (default: this one) before removal"
+                   : "undrain [NODE]: take copies on that node again",
+             [this, drain](const std::vector<std::string>& args) -> Result<nlohmann::json> {
+               unsigned long node = 0;
+               if (args.size() > 1) return Status::Invalid("usage: drain [NODE]");
+               if (!args.empty()) {
+                 char* end = nullptr;
+                 node = std::strtoul(args[0].c_str(), &end, 10);
+                 if (args[0].empty() || *end != '\0' || node > 65535)
+                   return Status::Invalid("bad node id '" + args[0] + "'");
+               }
+               KVFS_RETURN_IF_ERROR(store_->SetDraining(static_cast<uint16_t>(node), drain));
+               return nlohmann::json{{"node", node}, {"draining", drain}};
+             });
+  }
   Register("sync", "flush the journal and write a checkpoint",
            [this](const std::vector<std::string>&) -> Result<nlohmann::json> {
              KVFS_RETURN_IF_ERROR(ns_->PersistLazy());
@@ -298,14 +316,50 @@ std::vector<std::string> Control::XattrNames() {
 }
 
 nlohmann::json Control::NodesJson() {
-  if (cluster_.nodes) return cluster_.nodes();
-  return SingleNodeNodesJson(store_->Stats());
+  const ClusterView v = store_->Cluster();
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeView& n : v.nodes) {
+    nodes.push_back({{"id", n.id},
+                     {"address", n.address},
+                     {"state", n.state},
+                     {"capacity_bytes", n.capacity_bytes},
+                     {"used_bytes", n.used_bytes},
+                     {"gets_sent", n.gets_sent},
+                     {"puts_sent", n.puts_sent}});
+  }
+  return nlohmann::json{{"self", v.self},
+                        {"replicas", v.replicas},
+                        {"transport", v.transport},
+                        {"etcd", v.etcd},
+                        {"etcd_reachable", v.etcd_reachable},
+                        {"revision", v.revision},
+                        {"repair",
+                         {{"pending", v.repair_pending},
+                          {"repaired_chunks", v.repaired_chunks},
+                          {"repaired_bytes", v.repaired_bytes},
+                          {"failures", v.repair_failures},
+                          {"bandwidth", v.repair_bandwidth}}},
+                        {"nodes", nodes}};
 }
 
 Result<nlohmann::json> Control::LocationJson(uint64_t ino) {
-  if (cluster_.location) return cluster_.location(ino);
-  KVFS_RETURN_IF_ERROR(ns_->Record(ino).status());
-  return SingleNodeLocationJson();
+  KVFS_ASSIGN_OR_RETURN(ObjectRecord rec, ns_->Record(ino));
+  const PlacementView p = store_->Placement(rec.layout);
+  const ClusterView v = store_->Cluster();
+  nlohmann::json holders = nlohmann::json::array();
+  for (uint16_t id : p.holders) {
+    std::string address, state = "down";
+    for (const NodeView& n : v.nodes) {
+      if (n.id != id) continue;
+      address = n.address;
+      state = n.state;
+    }
+    holders.push_back({{"id", id}, {"address", address}, {"state", state}});
+  }
+  char chunk[17] = "";
+  if (p.chunk)
+    std::snprintf(chunk, sizeof chunk, "%016llx", static_cast<unsigned long long>(p.chunk));
+  return nlohmann::json{{"chunk_key", chunk}, {"local", p.local}, {"holders", holders}};
 }
 
 Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {

@@ -58,13 +58,6 @@ class Control {
 
   using Command = std::function<Result<nlohmann::json>(const std::vector<std::string>& args)>;
 
-  // What a cluster node adds (fs/cluster_node.h): .kvfs/nodes and user.kvfs.location. Unset:
-  // the single-node answers.
-  struct ClusterView {
-    std::function<nlohmann::json()> nodes;
-    std::function<Result<nlohmann::json>(uint64_t ino)> location;
-  };
-
   Control(Namespace* ns, ChunkStore* store, DaemonInfo info);
 
   Result<EntryInfo> Lookup(uint64_t parent, std::string_view name);
@@ -77,7 +70,8 @@ class Control {
   void Release(ControlHandle* h) { delete h; }
 
   void Register(const std::string& name, const std::string& help, Command command);
-  void SetClusterView(ClusterView view) { cluster_ = std::move(view); }
+  // .kvfs/nodes and user.kvfs.location: the store's ClusterView and PlacementView (a single
+  // node describes itself as node 0).
   nlohmann::json NodesJson();
   Result<nlohmann::json> LocationJson(uint64_t ino);
   // Runs one command line; the reply always has "ok" and, on failure, "errno" and "error".
@@ -107,7 +101,6 @@ class Control {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::map<std::string, Registered> commands_;
-  ClusterView cluster_;  // set before the mount serves requests
 };
 
 }  // namespace kvfs::fs

@@ -53,6 +53,9 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
                                                             uint32_t mode, int flags, uint32_t uid,
                                                             uint32_t gid) {
   uint64_t existing = 0;
+  FileHandle* created = nullptr;  // O_EXCL on a shared namespace, committed below
+  MetaBatch batch;
+  uint64_t ticket = 0;
   {
     std::lock_guard lock(mu_);
     KVFS_RETURN_IF_ERROR(CheckName(name));
@@ -81,8 +84,40 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       fh->append = (flags & O_APPEND) != 0;
       fh->direct_io = (flags & O_DIRECT) != 0 || fh->append;
       if (!fh->direct_io) ChooseCacheMode(in, fh, fh->session->view);
-      return std::make_pair(MakeEntry(in), fh);
+      if (!(shared_ && (flags & O_EXCL))) return std::make_pair(MakeEntry(in), fh);
+      // O_EXCL across nodes: the name is taken in the shared namespace (an empty record)
+      // before open returns, so that one creator of all the nodes succeeds.
+      NameLedger names;
+      NoteNames(names, in);
+      in->journaled = true;
+      batch.puts.push_back(in->rec);
+      FinishNames(names, &batch);
+      batch.exclusive = true;
+      ticket = TakeTicket();
+      created = fh;
     }
+  }
+  if (created) {
+    Status st = ApplyInOrder(ticket, batch);
+    std::lock_guard lock(mu_);
+    Inode* in = Find(created->ino);
+    if (st.ok() && in) return std::make_pair(MakeEntry(in), created);
+    // Another node has the name (the store gave it back to its holder): nothing was opened.
+    std::unique_ptr<FileHandle> owned(created);
+    if (in) {
+      if (in->opens > 0) --in->opens;
+      if (created->page_cache && in->cache_handles > 0) --in->cache_handles;
+      if (in->nlookup > 0) --in->nlookup;
+      in->writing.reset();
+      if (in->linked) {
+        // The store kept it out of the shared namespace but it is still in the tree here.
+        Inode* dir = Find(in->rec.parent);
+        if (dir && dir->dir) RemoveName(in, dir, in->rec.name);
+        in->journaled = false;
+      }
+      MaybeDrop(in);
+    }
+    return st.ok() ? Status::NotFound("file vanished") : st;
   }
   auto fh = Open(existing, flags);
   std::lock_guard lock(mu_);
@@ -236,22 +271,32 @@ Status Namespace::PublishLocked(FileHandle* fh) {
   if (!s.dirty) return Status::Ok();
   KVFS_ASSIGN_OR_RETURN(LayoutRef layout, s.writer->Finish());
   s.dirty = false;
-  MetaBatch batch;
-  uint64_t ticket;
-  {
-    std::lock_guard lock(mu_);
-    Inode* in = Find(fh->ino);
-    if (!in) return Status::Ok();
-    SetLayout(in, std::move(layout));
-    in->rec.ctime = Now();
-    // An unlinked file publishes nowhere: its holders keep their own view until they close.
-    if (!in->linked) return Status::Ok();
-    in->journaled = true;
-    in->lazy_dirty = false;
-    batch.puts.push_back(in->rec);
-    ticket = TakeTicket();
+  // A shared namespace may refuse the publish because another node changed the record
+  // meanwhile (its attributes, its name): the tree then holds that change, and the new version
+  // goes on top of it (last writer wins, as for two local writers).
+  Status st;
+  for (int attempt = 1;; ++attempt) {
+    MetaBatch batch;
+    uint64_t ticket;
+    {
+      std::lock_guard lock(mu_);
+      Inode* in = Find(fh->ino);
+      if (!in) return Status::Ok();
+      SetLayout(in, layout);
+      in->rec.ctime = Now();
+      // An unlinked file publishes nowhere: its holders keep their own view until they close.
+      if (!in->linked) return Status::Ok();
+      NameLedger names;
+      NoteNames(names, in);
+      in->journaled = true;
+      in->lazy_dirty = false;
+      batch.puts.push_back(in->rec);
+      FinishNames(names, &batch);
+      ticket = TakeTicket();
+    }
+    st = ApplyInOrder(ticket, batch);
+    if (!st.IsConflict() || attempt == kConflictAttempts) break;
   }
-  Status st = ApplyInOrder(ticket, batch);
   // Pages cached from the previous version are stale now (O_DIRECT writes never touched them).
   if (sink_) sink_->InvalidateInode(fh->ino, true);
   return st;

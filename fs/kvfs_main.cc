@@ -17,13 +17,13 @@
 #include <string>
 #include <thread>
 
-#include "cluster_node.h"
+#include "config_file.h"
 #include "control.h"
 #include "fuse_ops.h"
 #include "kvfs/local_engine.h"
 #include "kvfs/size.h"
+#include "kvfs/store.h"
 #include "kvfs/version.h"
-#include "memory_store.h"
 #include "metrics_server.h"
 #include "mount_options.h"
 #include "namespace.h"
@@ -92,9 +92,11 @@ void SetupLogging(const MountOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
-Result<std::unique_ptr<ChunkStore>> OpenStore(const MountOptions& o) {
-  if (o.store == "memory") return std::unique_ptr<ChunkStore>(std::make_unique<MemoryStore>());
-  EngineOptions e;
+// What OpenStore needs, from the mount options (already validated).
+Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
+  StoreOptions so;
+  so.kind = o.store;
+  EngineOptions& e = so.engine;
   e.data_dir = o.data_dir;
   e.devices = o.devices;
   e.capacity = o.capacity;
@@ -103,8 +105,36 @@ Result<std::unique_ptr<ChunkStore>> OpenStore(const MountOptions& o) {
   e.eviction = o.eviction;
   e.high_watermark = o.high_watermark;
   e.low_watermark = o.low_watermark;
-  KVFS_ASSIGN_OR_RETURN(auto engine, LocalEngine::Open(e));
-  return std::unique_ptr<ChunkStore>(std::move(engine));
+  const ClusterSettings& c = o.cluster;
+  so.cluster_enabled = c.enabled();
+  if (!so.cluster_enabled) return so;
+  ClusterOptions& co = so.cluster;
+  co.node_id = c.node_id;
+  KVFS_ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(c.listen));
+  co.listen_host = listen.host;
+  co.listen_port = listen.port;
+  co.advertise = c.advertise;
+  co.etcd.endpoints = c.etcd;
+  co.etcd.tls.ca_file = c.etcd_ca;
+  co.etcd.tls.cert_file = c.etcd_cert;
+  co.etcd.tls.key_file = c.etcd_key;
+  co.etcd_prefix = c.etcd_prefix;
+  co.replicas = c.replicas;
+  KVFS_ASSIGN_OR_RETURN(co.secret, SharedSecret::FromFile(c.secret_file));
+  KVFS_ASSIGN_OR_RETURN(TransportKind kind, ParseTransportKind(c.transport));
+  if (kind == TransportKind::kAuto && !RdmaDeviceAvailable()) {
+    spdlog::info("cluster: transport = auto and this host has no RDMA device: using TCP");
+    kind = TransportKind::kTcp;
+  }
+  if (kind == TransportKind::kRdma && !RdmaDeviceAvailable())
+    return Status::Error(ENODEV, "transport = rdma but this host has no RDMA device");
+  co.transport = kind;
+  co.request_timeout = std::chrono::milliseconds(c.request_timeout_ms);
+  co.lease_ttl = std::chrono::seconds(c.lease_ttl_s);
+  co.repair_bandwidth = c.repair_bandwidth;
+  co.keep_local_copy = c.keep_local_copy;
+  co.state_dir = o.data_dir;
+  return so;
 }
 
 // `metrics` is the --metrics socket main() bound before forking (null when off).
@@ -126,23 +156,20 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto store = OpenStore(o);
-  if (!store.ok()) return reporter.Fail("cannot open the engine: " + store.status().ToString());
-  // Cluster mode (--listen or peers): the fs runs over a ClusterStore wrapping the engine.
-  std::unique_ptr<ClusterNode> cluster;
-  ChunkStore* fs_store = store->get();
-  if (o.cluster.enabled()) {
-    auto node = ClusterNode::Start(o, store->get());
-    if (!node.ok())
-      return reporter.Fail("cannot start the cluster node: " + node.status().ToString());
-    cluster = std::move(*node);
-    fs_store = cluster->store();
+  auto store_options = StoreOptionsFor(o);
+  if (!store_options.ok()) return reporter.Fail(store_options.status().ToString());
+  // A cluster node (--etcd) registers in etcd and serves peers before the namespace loads.
+  auto store = OpenStore(*store_options);
+  if (!store.ok()) {
+    return reporter.Fail(std::string(o.cluster.enabled() ? "cannot join the cluster: "
+                                                         : "cannot open the engine: ") +
+                         store.status().ToString());
   }
+  ChunkStore* fs_store = store->get();
   Notifier notifier;
   Namespace ns(fs_store, &notifier);
-  if (cluster) cluster->BeginLoad();
   if (Status st = ns.Load(); !st.ok()) return reporter.Fail("cannot load: " + st.ToString());
-  if (cluster) cluster->Attach(&ns);
+  // Other nodes' changes flow from here on, starting right after what Load saw.
   StoreEvents events(&ns);
   fs_store->SetListener(&events);
 
@@ -156,11 +183,6 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   info.compression = CompressionName(o.compression);
   if (metrics) info.metrics = metrics->address();
   Control control(&ns, fs_store, info);
-  if (cluster) {
-    control.SetClusterView(
-        {[&cluster] { return cluster->NodesJson(); },
-         [&cluster, &ns](uint64_t ino) { return cluster->LocationJson(ino, &ns); }});
-  }
   FsContext ctx{&ns, &control, fs_store};
 
   auto session = Session::Mount(o.mountpoint, o.fuse_options, &ctx);
@@ -192,9 +214,7 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
     spdlog::error("kvfs: final sync failed: {}", st.ToString());
     exit_code = 1;
   }
-  if (cluster) cluster->Shutdown();  // stops serving peers, writes the namespace snapshot
-  cluster.reset();                   // before the engine it wraps
-  store->reset();
+  store->reset();  // a cluster node leaves the cluster here (its lease is revoked)
   spdlog::info("kvfs: stopped cleanly");
   spdlog::shutdown();
   return exit_code;

@@ -103,8 +103,8 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   std::vector<std::string> devices;
   std::string config_path;
   int node_id = 0;
-  std::vector<std::string> peers;
-  uint32_t replicas = 0, request_timeout_ms = 0;
+  std::string etcd, repair_bandwidth;
+  uint32_t replicas = 0, request_timeout_ms = 0, lease_ttl_s = 0;
 
   CLI::App app{"kvfs: a FUSE filesystem for LLM KV-cache files, backed by a local chunk engine",
                "kvfs"};
@@ -139,13 +139,26 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   app.add_option("--store", opts.store, "")->group("")->check(CLI::IsMember({"local", "memory"}));
   app.add_option("--metrics", opts.metrics,
                  "Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default)");
-  // Cluster mode (docs/cluster.md): on when --listen or a peer is given.
+  // Cluster mode (docs/cluster.md): on when etcd endpoints are given.
+  app.add_option("--etcd", etcd,
+                 "Cluster mode: etcd endpoints URL[,URL...] (http://HOST:PORT or https://...)");
+  app.add_option("--etcd-prefix", cli.cluster.etcd_prefix,
+                 "Prefix of every etcd key of this cluster (default /kvfs/)");
+  app.add_option("--etcd-ca", cli.cluster.etcd_ca, "CA bundle that verifies etcd (https)");
+  app.add_option("--etcd-cert", cli.cluster.etcd_cert, "Client certificate for etcd (PEM)");
+  app.add_option("--etcd-key", cli.cluster.etcd_key, "Client key for etcd (PEM)");
   app.add_option("--node-id", node_id, "This node's id in the cluster, 1..65535")
       ->check(CLI::Range(1, 65535));
   app.add_option("--listen", cli.cluster.listen, "Serve peers on HOST:PORT (cluster mode)");
-  app.add_option("--peer", peers, "A peer node N=HOST:PORT (repeatable; replaces the file's)");
-  app.add_option("--replicas", replicas, "Copies of each chunk placed by rendezvous hashing")
+  app.add_option("--advertise", cli.cluster.advertise,
+                 "HOST:PORT peers reach this node at (default: --listen)");
+  app.add_option("--replicas", replicas, "Copies of each chunk, the writer's included")
       ->check(CLI::Range(1, 64));
+  app.add_option("--lease-ttl", lease_ttl_s,
+                 "Seconds after which a silent node counts as down (default 5)")
+      ->check(CLI::Range(2, 3600));
+  app.add_option("--repair-bandwidth", repair_bandwidth,
+                 "Bytes per second this node copies to repair lost replicas (default 256M)");
   app.add_option("--secret-file", cli.cluster.secret_file,
                  "File with the cluster's shared secret (at least 16 bytes)");
   app.add_option("--transport", cli.cluster.transport,
@@ -196,17 +209,36 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   if (app.count("--secret-file")) opts.cluster.secret_file = cli.cluster.secret_file;
   if (app.count("--transport")) opts.cluster.transport = cli.cluster.transport;
   if (app.count("--request-timeout")) opts.cluster.request_timeout_ms = request_timeout_ms;
-  if (app.count("--peer")) {
-    opts.cluster.peers.clear();
-    for (const std::string& p : peers) {
-      auto spec = ParsePeerFlag(p);
-      if (!spec.ok()) return fail(spec.status().message());
-      opts.cluster.peers.push_back(*spec);
-    }
+  if (app.count("--advertise")) opts.cluster.advertise = cli.cluster.advertise;
+  if (app.count("--etcd-prefix")) opts.cluster.etcd_prefix = cli.cluster.etcd_prefix;
+  if (app.count("--etcd-ca")) opts.cluster.etcd_ca = cli.cluster.etcd_ca;
+  if (app.count("--etcd-cert")) opts.cluster.etcd_cert = cli.cluster.etcd_cert;
+  if (app.count("--etcd-key")) opts.cluster.etcd_key = cli.cluster.etcd_key;
+  if (app.count("--lease-ttl")) opts.cluster.lease_ttl_s = lease_ttl_s;
+  if (app.count("--repair-bandwidth")) {
+    auto size = ParseSize(repair_bandwidth);
+    if (!size.ok() || *size < (1ull << 20))
+      return fail("--repair-bandwidth: expected a size of at least 1M per second");
+    opts.cluster.repair_bandwidth = *size;
+  }
+  if (app.count("--etcd")) {
+    auto urls = ParseEtcdEndpoints(etcd);
+    if (!urls.ok()) return fail("--etcd: " + urls.status().message());
+    opts.cluster.etcd = *urls;
   }
   if (app.count("--listen")) {
     if (auto hp = ParseHostPort(opts.cluster.listen); !hp.ok())
       return fail("--listen: " + hp.status().message());
+  }
+  if (app.count("--advertise")) {
+    if (auto hp = ParseHostPort(opts.cluster.advertise); !hp.ok())
+      return fail("--advertise: " + hp.status().message());
+  }
+  // The daemon runs in / once it detaches: relative paths are the caller's.
+  for (std::string* f : {&opts.cluster.secret_file, &opts.cluster.etcd_ca, &opts.cluster.etcd_cert,
+                         &opts.cluster.etcd_key}) {
+    std::error_code ec;
+    if (!f->empty()) *f = std::filesystem::absolute(*f, ec).lexically_normal().string();
   }
   if (Status st = ValidateClusterSettings(opts.cluster); !st.ok()) return fail(st.message());
   if (!capacity.empty()) {

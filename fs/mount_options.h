@@ -13,26 +13,23 @@
 
 namespace kvfs::fs {
 
-// A peer of a cluster node: --peer N=HOST:PORT or [[cluster.peers]] in the config file.
-struct PeerSpec {
-  uint16_t id = 0;
-  std::string host;
-  uint16_t port = 0;
-};
-
-// The cluster part of the options (docs/cluster.md). Cluster mode is on when a listen address
-// or a peer is given; otherwise kvfs runs as the single node it always was.
+// The cluster part of the options (docs/cluster.md, kvfs.conf(5)). Cluster mode is on when etcd
+// endpoints are given; otherwise kvfs runs as the single node it always was.
 struct ClusterSettings {
-  uint16_t node_id = 0;  // 1..65535, unique in the cluster (0: not set)
-  std::string listen;    // HOST:PORT the peer server binds; empty: none
-  std::vector<PeerSpec> peers;
-  uint32_t replicas = 2;           // R: copies placed by rendezvous ranking
-  std::string secret_file;         // the shared secret peers prove (>= 16 bytes)
+  uint16_t node_id = 0;           // 1..65535, unique among live nodes (0: not set)
+  std::string listen;             // HOST:PORT the peer server binds
+  std::string advertise;          // HOST:PORT peers are told (default: listen)
+  std::vector<std::string> etcd;  // endpoint URLs (http:// or https://)
+  std::string etcd_prefix = "/kvfs/";
+  std::string etcd_ca, etcd_cert, etcd_key;  // TLS: CA bundle, client certificate and key
+  uint32_t replicas = 2;                     // R: copies of each chunk, the writer's included
+  std::string secret_file;                   // the shared secret peers prove (>= 16 bytes)
   std::string transport = "auto";  // tcp | rdma | auto (RDMA when a device exists, else TCP)
   uint32_t request_timeout_ms = 1000;
-  uint32_t ping_interval_ms = 500;
-  bool keep_local_copy = true;  // the writer keeps its own copy besides the R placed ones
-  bool enabled() const { return !listen.empty() || !peers.empty(); }
+  uint32_t lease_ttl_s = 5;                  // a node silent this long is down
+  uint64_t repair_bandwidth = 256ull << 20;  // bytes/s this node copies for repair
+  bool keep_local_copy = true;               // the writer keeps the first copy
+  bool enabled() const { return !etcd.empty(); }
 };
 
 struct MountOptions {

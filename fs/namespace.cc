@@ -89,7 +89,8 @@ Status CheckName(std::string_view name) {
   return Status::Ok();
 }
 
-Namespace::Namespace(ChunkStore* store, InvalidationSink* sink) : store_(store), sink_(sink) {
+Namespace::Namespace(ChunkStore* store, InvalidationSink* sink)
+    : store_(store), sink_(sink), shared_(store->SharedNamespace()) {
   auto root = std::make_unique<Inode>();
   root->rec.id = kRootId;
   root->rec.parent = kRootId;
@@ -104,10 +105,10 @@ Namespace::Namespace(ChunkStore* store, InvalidationSink* sink) : store_(store),
 Namespace::~Namespace() = default;
 
 Status Namespace::Load() {
-  std::vector<ObjectRecord> records = store_->Records();
   std::lock_guard lock(mu_);
-  for (auto& rec : records) {
-    if (rec.id == kRootId || rec.id == kInvalidId) continue;
+  // Streamed: a namespace of millions of records is never held twice.
+  KVFS_RETURN_IF_ERROR(store_->LoadRecords([this](ObjectRecord&& rec) {
+    if (rec.id == kRootId || rec.id == kInvalidId) return;
     auto in = std::make_unique<Inode>();
     in->journaled = true;
     in->version = ++next_view_;
@@ -115,7 +116,7 @@ Status Namespace::Load() {
     uint64_t id = rec.id;
     in->rec = std::move(rec);
     inodes_[id] = std::move(in);
-  }
+  }));
   // Link in id order so readdir lists older entries first, as they were created.
   std::vector<uint64_t> ids;
   ids.reserve(inodes_.size());
@@ -194,7 +195,10 @@ void Namespace::DetachEntry(Inode* dir, Inode* in, const std::string& name, Time
     if (in->journaled) batch->puts.push_back(in->rec);
     return;
   }
-  if (in->journaled) batch->removes.push_back(in->rec.id);
+  if (in->journaled) {
+    batch->removes.push_back(in->rec.id);
+    batch->remove_revisions.push_back(in->rec.revision);
+  }
   // Nothing more is journaled for it: a writer still holding it publishes nowhere.
   in->journaled = false;
   ReleaseUnreachableData(in);
@@ -264,9 +268,24 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     ++serving_ticket_;
   }
   apply_cv_.notify_all();
-  Status st = token.ok() ? store_->AwaitDurable(*token) : token.status();
-  if (!st.ok()) spdlog::error("namespace: journal apply failed: {}", st.ToString());
-  return st;
+  Result<Committed> done = token.ok() ? store_->AwaitCommitted(*token) : token.status();
+  if (!done.ok()) {
+    // A shared store's refusals (a name taken elsewhere, a conflict, etcd unreachable) are
+    // answers, not failures of this node; the store logged what it needs to.
+    if (!shared_) spdlog::error("namespace: journal apply failed: {}", done.status().ToString());
+    return done.status();
+  }
+  if (done->revision == 0 && done->layouts.empty()) return Status::Ok();
+  std::lock_guard lock(mu_);
+  for (const ObjectRecord& put : batch.puts) {
+    Inode* in = Find(put.id);
+    if (in && in->rec.revision < done->revision) in->rec.revision = done->revision;
+  }
+  for (const Committed::NewLayout& l : done->layouts) {
+    Inode* in = Find(l.id);
+    if (in && in->rec.layout == l.from) in->rec.layout = l.to;
+  }
+  return Status::Ok();
 }
 
 Result<EntryInfo> Namespace::Lookup(uint64_t parent, std::string_view name) {
@@ -357,6 +376,14 @@ bool Namespace::Journaled(uint64_t ino) {
   return in && in->journaled;
 }
 
+void Namespace::UndoLookup(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Inode* in = Find(ino);
+  if (!in || in->nlookup == 0) return;
+  --in->nlookup;
+  MaybeDrop(in);
+}
+
 size_t Namespace::inode_count() {
   std::lock_guard lock(mu_);
   return inodes_.size();
@@ -408,13 +435,20 @@ Result<EntryInfo> Namespace::Mkdir(uint64_t parent, std::string_view name, uint3
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in,
                           NewChild(parent, name, ObjectType::kDirectory, mode, uid, gid));
+    NameLedger names;
+    NoteNames(names, in);
     in->journaled = true;
+    FinishNames(names, &batch);
+    batch.exclusive = true;
     ++in->nlookup;
     batch.puts.push_back(in->rec);
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
-  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
+    UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
+    return st;
+  }
   return entry;
 }
 
@@ -428,13 +462,20 @@ Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kSymlink, 0777, uid, gid));
     in->rec.symlink_target = std::string(target);
+    NameLedger names;
+    NoteNames(names, in);
     in->journaled = true;
+    FinishNames(names, &batch);
+    batch.exclusive = true;
     ++in->nlookup;
     batch.puts.push_back(in->rec);
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
-  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
+    UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
+    return st;
+  }
   return entry;
 }
 
@@ -449,13 +490,20 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, *type, mode, uid, gid));
     if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice) in->rec.rdev = rdev;
+    NameLedger names;
+    NoteNames(names, in);
     in->journaled = true;
+    FinishNames(names, &batch);
+    batch.exclusive = true;
     ++in->nlookup;
     batch.puts.push_back(in->rec);
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
-  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
+    UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
+    return st;
+  }
   return entry;
 }
 
@@ -483,7 +531,10 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
       return Status::Error(EISDIR, "is a directory");
     }
     const Timespec64 now = Now();
+    NameLedger names;
+    NoteNames(names, in);
     DetachEntry(dir, in, std::string(name), now, &batch);
+    FinishNames(names, &batch);
     dir->rec.mtime = dir->rec.ctime = now;
     dir->lazy_dirty = true;
     if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
@@ -493,15 +544,20 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
 }
 
 Status Namespace::Unlink(uint64_t parent, std::string_view name) {
-  return RemoveEntry(parent, name, false);
+  return RetryConflicts([&] { return RemoveEntry(parent, name, false); });
 }
 
 Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
-  return RemoveEntry(parent, name, true);
+  return RetryConflicts([&] { return RemoveEntry(parent, name, true); });
 }
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, unsigned flags) {
+  return RetryConflicts([&] { return RenameOnce(parent, name, new_parent, new_name, flags); });
+}
+
+Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t new_parent,
+                             std::string_view new_name, unsigned flags) {
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Status::Invalid("unsupported flags");
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Status::Invalid("flags");
   if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
@@ -529,6 +585,10 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     };
     if (moved->dir && inside(dst_dir, moved)) return Status::Invalid("move into itself");
     Timespec64 now = Now();
+    NameLedger names;
+    NoteNames(names, moved);
+    NoteNames(names, target);
+    batch.exclusive = (flags & RENAME_NOREPLACE) != 0;
     if (flags & RENAME_EXCHANGE) {
       if (!target) return Status::NotFound("no target to exchange with");
       if (target->dir && inside(src_dir, target)) return Status::Invalid("move into itself");
@@ -559,6 +619,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
       if (!target) ForgiveMiss(new_parent, new_name);
       if (moved->journaled) batch.puts.push_back(moved->rec);
     }
+    FinishNames(names, &batch);
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;
     src_dir->lazy_dirty = dst_dir->lazy_dirty = true;
     if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
@@ -594,6 +655,10 @@ void Namespace::TouchAtime(Inode* in) {
 }
 
 Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
+  return RetryConflicts([&] { return SetAttrOnce(ino, req, fh); });
+}
+
+Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
   if (fh && fh->ino != ino) fh = nullptr;
   // A size change goes to the open writer when there is one; on a closed file it publishes a
   // new version at once (a truncate has no close to wait for).
@@ -627,8 +692,11 @@ Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, Fi
       SetLayout(in, layout);
       in->rec.mtime = in->rec.ctime = Now();
       if (in->linked) {
+        NameLedger names;
+        NoteNames(names, in);
         in->journaled = true;
         batch.puts.push_back(in->rec);
+        FinishNames(names, &batch);
         ticket = TakeTicket();
         journal = true;
       }
@@ -679,20 +747,36 @@ Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, Fi
 }
 
 Status Namespace::PersistLazy() {
-  MetaBatch batch;
-  uint64_t ticket;
+  // In batches of a bounded size: a shared store commits each as one transaction, and
+  // transactions have a size limit.
+  constexpr size_t kPerBatch = 64;
+  std::vector<ObjectRecord> records;
   {
     std::lock_guard lock(mu_);
     for (auto& [id, in] : inodes_) {
       if (!in->lazy_dirty) continue;
       in->lazy_dirty = false;
-      if (in->journaled && in->linked && id != kRootId) batch.puts.push_back(in->rec);
+      if (in->journaled && in->linked && id != kRootId) records.push_back(in->rec);
     }
-    if (batch.puts.empty()) return Status::Ok();
-    ticket = TakeTicket();
   }
-  spdlog::info("namespace: persisting times of {} objects", batch.puts.size());
-  return ApplyInOrder(ticket, batch);
+  if (records.empty()) return Status::Ok();
+  spdlog::info("namespace: persisting times of {} objects", records.size());
+  Status first;
+  for (size_t i = 0; i < records.size(); i += kPerBatch) {
+    MetaBatch batch;
+    const size_t end = std::min(records.size(), i + kPerBatch);
+    batch.puts.assign(std::make_move_iterator(records.begin() + static_cast<ptrdiff_t>(i)),
+                      std::make_move_iterator(records.begin() + static_cast<ptrdiff_t>(end)));
+    uint64_t ticket;
+    {
+      std::lock_guard lock(mu_);
+      ticket = TakeTicket();
+    }
+    // Times are not worth a conflict: an object another node changed meanwhile keeps its own.
+    Status st = ApplyInOrder(ticket, batch);
+    if (!st.ok() && !st.IsConflict() && first.ok()) first = st;
+  }
+  return first;
 }
 
 }  // namespace kvfs::fs

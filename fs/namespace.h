@@ -210,14 +210,15 @@ class Namespace {
 
   // --- changes made on other cluster nodes (namespace_remote.cc). Nothing is applied to the
   // store (it already holds them); the kernel is told through the InvalidationSink, never
-  // from the caller's thread. Applying the same change twice is a no-op.
-  // A record a peer created, renamed, republished or changed the attributes of.
-  void ApplyRemotePut(const ObjectRecord& rec);
-  // A record a peer removed (unlink, rmdir, the replaced side of a rename).
-  void ApplyRemoteRemove(ObjectId id);
-  // The store swapped the layout object of a record for one with the same content (cluster
-  // layout after a local publish, local copy dropped): holders of `from` switch to `to`.
-  void ReplaceLayout(ObjectId id, const LayoutRef& from, const LayoutRef& to);
+  // from the caller's thread. A change older than what the tree holds (its revision) is
+  // ignored, so applying one twice is a no-op.
+  // One commit of another node: records created, renamed, republished or changed, and ids
+  // removed (unlink, rmdir, the replaced side of a rename).
+  void ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
+                          const std::vector<ObjectId>& removes);
+  // The shared namespace was re-read at `revision`: committed objects not in `present`
+  // (sorted) are gone.
+  void ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t revision);
 
   // --- open files (file_handle.cc)
   // A new, unpublished file open for writing (flags as in open(2)).
@@ -289,7 +290,36 @@ class Namespace {
   // mu_ held: checks a new name in `parent` (valid, directory linked, not taken).
   Result<Inode*> DirForNewName(uint64_t parent, std::string_view name);
   Status RemoveEntry(uint64_t parent, std::string_view name, bool dir);
+  // Submits the batch in ticket order and waits for it; then the puts carry the revision the
+  // store gave them and the layouts it replaced (Committed).
   Status ApplyInOrder(uint64_t ticket, const MetaBatch& batch);
+  Status RenameOnce(uint64_t parent, std::string_view name, uint64_t new_parent,
+                    std::string_view new_name, unsigned flags);
+  Result<EntryInfo> SetAttrOnce(uint64_t ino, const SetAttrRequest& req, FileHandle* fh);
+  void UndoLookup(uint64_t ino);  // an entry reply that failed after its lookup was counted
+  Result<EntryInfo> LinkOnce(uint64_t ino, uint64_t new_parent, std::string_view new_name);
+  // A shared namespace (namespace_names.cc), mu_ held. A change notes each inode it touches
+  // before changing it; FinishNames then adds to the batch every name that changed hands
+  // (MetaBatch::names), which the shared store checks and moves. No-ops for a local store.
+  using NameLedger = std::vector<std::pair<ObjectId, std::vector<kvfs::Link>>>;
+  void NoteNames(NameLedger& ledger, const Inode* in) const;
+  void FinishNames(const NameLedger& ledger, MetaBatch* batch);
+  // Runs `op` again while the shared store refuses it as based on an old view (the view is
+  // brought up to date before each refusal returns).
+  template <typename Op>
+  static auto RetryConflicts(Op op) {
+    for (int attempt = 1;; ++attempt) {
+      auto result = op();
+      if (result.ok() || !StatusOf(result).IsConflict() || attempt == kConflictAttempts)
+        return result;
+    }
+  }
+  static const Status& StatusOf(const Status& st) { return st; }
+  template <typename T>
+  static Status StatusOf(const Result<T>& r) {
+    return r.status();
+  }
+  static constexpr int kConflictAttempts = 5;
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
   Status PublishLocked(FileHandle* fh);             // session->mu held
   void TouchAtime(Inode* in);                       // mu_ held
@@ -300,10 +330,12 @@ class Namespace {
     std::vector<std::pair<uint64_t, bool>> inodes;  // ino, data
   };
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
+  void RemoteRemoveLocked(ObjectId id, Stale& stale);
   bool ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale);
 
   ChunkStore* store_;
   InvalidationSink* sink_;
+  const bool shared_;  // store_->SharedNamespace(): other nodes change the same names
   std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
   uint64_t next_ticket_ = 0;

@@ -109,6 +109,11 @@ void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
 }
 
 Result<EntryInfo> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
+  return RetryConflicts([&] { return LinkOnce(ino, new_parent, new_name); });
+}
+
+Result<EntryInfo> Namespace::LinkOnce(uint64_t ino, uint64_t new_parent,
+                                      std::string_view new_name) {
   MetaBatch batch;
   EntryInfo entry;
   uint64_t ticket = 0;
@@ -121,6 +126,8 @@ Result<EntryInfo> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string
     if (!in->linked) return Status::NotFound("file was removed");
     if (in->rec.nlink() >= kMaxLinks) return Status::Error(EMLINK, "too many links");
     KVFS_ASSIGN_OR_RETURN(Inode * dir, DirForNewName(new_parent, new_name));
+    NameLedger names;
+    NoteNames(names, in);
     AddName(in, dir, std::string(new_name));
     ForgiveMiss(new_parent, new_name);
     const Timespec64 now = Now();
@@ -132,9 +139,14 @@ Result<EntryInfo> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string
     // A file not published yet carries its names to the store when it is.
     if (!in->journaled) return entry;
     batch.puts.push_back(in->rec);
+    FinishNames(names, &batch);
+    batch.exclusive = true;
     ticket = TakeTicket();
   }
-  KVFS_RETURN_IF_ERROR(ApplyInOrder(ticket, batch));
+  if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
+    UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
+    return st;
+  }
   return entry;
 }
 

@@ -1,20 +1,26 @@
-// Namespace changes made on other cluster nodes (ClusterListener -> ClusterNode -> here).
+// Namespace changes made on other cluster nodes (StoreListener::OnRemoteChanges and
+// OnRemoteResync, through StoreEvents).
 //
-// The ClusterStore has already merged the change (last writer wins by stamp); this file only
-// brings the in-memory tree in line and tells the kernel what went stale:
+// The shared store has already committed the change (etcd orders them: each carries the
+// revision that made it); this file only brings the in-memory tree in line and tells the kernel
+// what went stale:
 //   a name appeared        notify_inval_entry(parent, name): drops a cached negative dentry,
 //                          so a lookup that missed a moment ago finds it now
 //   a name moved or went   notify_inval_entry for the old (and new) name
 //   a new version          notify_inval_inode(ino, data): cached pages and attributes
 //   attributes changed     notify_inval_inode(ino, attrs only)
-// Notifications go through the sink's own thread after mu_ is released: the caller is a
-// transport worker, and the kernel may hold a directory lock while a FUSE thread waits on mu_.
+// Notifications go through the sink's own thread after mu_ is released: the caller is the
+// store's watch thread, and the kernel may hold a directory lock while a FUSE thread waits on
+// mu_.
 //
-// Two different records claiming one name (two nodes created it at once) resolve the same way
-// on every node: the higher object id keeps the name, the other is not shown here.
+// A name is unique in the shared namespace, so a committed record taking a name takes it from
+// whatever committed record the tree still shows there (that record's own change follows). A
+// file of this node that is not published yet keeps its name: its publish takes the name over
+// (last writer wins) or, for O_EXCL, was committed before open returned.
 #include <spdlog/spdlog.h>
 
-#include "cluster_layout.h"
+#include <algorithm>
+
 #include "namespace.h"
 
 namespace kvfs::fs {
@@ -22,14 +28,8 @@ namespace {
 
 bool SameContent(const LayoutRef& a, const LayoutRef& b) {
   if (a == b) return true;
-  if (!a || !b) return (a ? a->size : 0) == 0 && (b ? b->size : 0) == 0;
-  const auto* ca = cluster::AsClusterLayout(a.get());
-  const auto* cb = cluster::AsClusterLayout(b.get());
-  if (ca && cb) return ca->chunk_key == cb->chunk_key;
-  // A locally published version (plain layout) and the cluster layout made of it.
-  if (cb && cb->local == a) return true;
-  if (ca && ca->local == b) return true;
-  return false;
+  // A shared store hands out one layout object per version; empty files have none.
+  return (a ? a->size : 0) == 0 && (b ? b->size : 0) == 0;
 }
 
 bool SameTime(const Timespec64& a, const Timespec64& b) {
@@ -48,13 +48,14 @@ bool SameAttrs(const ObjectRecord& a, const ObjectRecord& b) {
 bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale) {
   Inode* other = Child(dir, name);
   if (!other || other->rec.id == id) return true;
-  if (other->rec.id > id || other->dir) {
-    spdlog::warn("namespace: peer record {} '{}' loses the name to record {}", id, name,
-                 other->rec.id);
+  // This node's own file, not published yet, keeps the name until its publish decides; a
+  // directory keeps it until its own change (a rename, an rmdir) arrives and frees it.
+  if (!other->journaled || other->dir) {
+    spdlog::debug("namespace: record {:x} '{}' waits for the name held by {:x}", id, name,
+                  other->rec.id);
     return false;
   }
-  // The lower id gives way: that name is unlinked here without journaling (its record stays in
-  // the store). With no name left it is not shown at all.
+  // The committed holder gave the name up in the shared namespace; its own change follows.
   RemoveName(other, dir, name);
   if (!other->linked) other->journaled = false;
   stale.entries.emplace_back(dir->rec.id, name);
@@ -66,10 +67,12 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id
 void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   if (rec.id == kRootId || rec.id == kInvalidId || !CheckName(rec.name).ok()) return;
   Inode* in = Find(rec.id);
+  // Already as new (this node's own change, or delivered twice).
+  if (in && in->rec.revision != 0 && rec.revision != 0 && in->rec.revision >= rec.revision) return;
   Inode* dir = Find(rec.parent);
   if (!dir || !dir->dir) {
-    // The parent directory has not arrived yet (pull answers are in id order, and a peer's
-    // directory may hold an older id's file): park the record until it does. A hard link into
+    // The parent directory is not here (yet): after a re-read records come in id order, and a
+    // directory may hold an older id's file. Park the record until it arrives. A hard link into
     // a directory that is missing is simply not shown (that directory may never come).
     auto& waiting = remote_orphans_[rec.parent];
     std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == rec.id; });
@@ -128,39 +131,52 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   }
 }
 
-void Namespace::ApplyRemotePut(const ObjectRecord& rec) {
+void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
+  for (auto& [dir_id, waiting] : remote_orphans_)
+    std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == id; });
+  Inode* in = Find(id);
+  if (!in || id == kRootId) return;
+  // A directory's children were removed before it (a directory goes only empty).
+  UnlinkAllNames(in, &stale.entries);
+  // Open handles keep the layout they hold; nothing more is journaled for this inode.
+  in->journaled = false;
+  ReleaseUnreachableData(in);
+  MaybeDrop(in);
+}
+
+void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
+                                   const std::vector<ObjectId>& removes) {
   Stale stale;
   {
     std::lock_guard lock(mu_);
-    RemotePutLocked(rec, stale);
+    // Removes first: a name one commit frees is then free for the records it puts.
+    for (ObjectId id : removes) RemoteRemoveLocked(id, stale);
+    for (const ObjectRecord& rec : puts) RemotePutLocked(rec, stale);
   }
   if (!sink_) return;
   for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
   for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
 }
 
-void Namespace::ApplyRemoteRemove(ObjectId id) {
-  std::vector<std::pair<uint64_t, std::string>> gone;
+void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t revision) {
+  Stale stale;
   {
     std::lock_guard lock(mu_);
-    for (auto& [dir_id, waiting] : remote_orphans_) {
-      std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == id; });
+    std::vector<ObjectId> gone;
+    for (const auto& [id, in] : inodes_) {
+      if (id == kRootId || !in->journaled || in->rec.revision == 0) continue;
+      if (in->rec.revision > revision) continue;  // committed after the re-read
+      if (!std::binary_search(present.begin(), present.end(), id)) gone.push_back(id);
     }
-    Inode* in = Find(id);
-    if (!in || id == kRootId) return;
-    UnlinkAllNames(in, &gone);
-    // Open handles keep the layout they hold; nothing more is journaled for this inode.
-    in->journaled = false;
-    MaybeDrop(in);
+    // Children before their directories: ids are handed out in creation order.
+    std::sort(gone.rbegin(), gone.rend());
+    for (ObjectId id : gone) RemoteRemoveLocked(id, stale);
+    if (!gone.empty())
+      spdlog::info("namespace: re-read at revision {}: {} objects gone meanwhile", revision,
+                   gone.size());
   }
   if (!sink_) return;
-  for (const auto& [parent, name] : gone) sink_->InvalidateEntry(parent, name);
-}
-
-void Namespace::ReplaceLayout(ObjectId id, const LayoutRef& from, const LayoutRef& to) {
-  std::lock_guard lock(mu_);
-  Inode* in = Find(id);
-  if (in && from && in->rec.layout == from) in->rec.layout = to;
+  for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
 }
 
 }  // namespace kvfs::fs

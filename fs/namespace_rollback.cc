@@ -1,6 +1,7 @@
 // Namespace::RestoreStoreRecord: after a failed journal write the store undoes every change it
-// had not made durable and turns read-only; it then reports each undone id here, so the names
-// and versions this mount shows are again exactly what the disk holds. Calls for one id come
+// had not made durable and turns read-only; a shared store (the cluster) that refused a batch
+// reports what it holds for the batch's objects. Either way each id comes here, so the names and
+// versions this mount shows are again exactly what the store holds. Calls for one id come
 // newest first; the last one is its durable state. Each call forces the id to the state given,
 // moving aside whatever occupies its durable name (that occupant gets its own call, or was never
 // durable), so the sequence converges whatever order the undone changes were made in.
@@ -59,7 +60,8 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
       MaybeDrop(in);
     }
   }
-  spdlog::warn("namespace: object {} undone after a failed journal write", id);
+  spdlog::log(shared_ ? spdlog::level::debug : spdlog::level::warn,
+              "namespace: object {} reset to the store's state", id);
   if (!sink_) return;
   for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
   if (data_changed) sink_->InvalidateInode(id, true);

@@ -1,5 +1,6 @@
-// StoreEvents: the fs layer's StoreListener. Records the store removes on its own (corrupt
-// data, evictions) leave the namespace through Namespace::ForgetStoreRemoval.
+// StoreEvents: the fs layer's StoreListener. What the store changed on its own reaches the
+// namespace here: records it removed (corrupt data, evictions), changes it undid or refused,
+// and (a shared namespace) the commits of other nodes.
 #pragma once
 
 #include "kvfs/chunk_store.h"
@@ -18,6 +19,13 @@ class StoreEvents : public StoreListener {
   }
   void OnRolledBack(ObjectId id, const ObjectRecord* record) override {
     ns_->RestoreStoreRecord(id, record);
+  }
+  void OnRemoteChanges(const std::vector<ObjectRecord>& puts,
+                       const std::vector<ObjectId>& removes) override {
+    ns_->ApplyRemoteChanges(puts, removes);
+  }
+  void OnRemoteResync(const std::vector<ObjectId>& present, uint64_t revision) override {
+    ns_->ApplyRemoteResync(present, revision);
   }
 
  private:

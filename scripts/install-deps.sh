@@ -9,11 +9,12 @@ PACKAGES=(
   liburing-dev libxxhash-dev liblz4-dev
   libspdlog-dev libfmt-dev
   libibverbs-dev librdmacm-dev
-  libssl-dev
+  libssl-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libtoml11-dev
   python3 man-db attr procps psmisc util-linux iproute2 kmod
   gnuplot-nox redis-server iperf3
+  etcd-server etcd-client
 )
 
 missing=()

@@ -6,7 +6,6 @@ namespace remotebench {
 
 using kvfs::Result;
 using kvfs::Status;
-using kvfs::cluster::ClusterOptions;
 using kvfs::cluster::ClusterStore;
 
 namespace {
@@ -18,15 +17,13 @@ kvfs::SharedSecret BenchSecret() {
 }  // namespace
 
 ClusterPair::~ClusterPair() {
-  // Stores first: they serve and read through the engines.
+  if (b_) b_->SetListener(nullptr);
   b_.reset();
   a_.reset();
-  engine_b_.reset();
-  engine_a_.reset();
 }
 
 Status ClusterPair::Start(const std::string& dir, uint64_t capacity) {
-  std::vector<kvfs::cluster::NodeInfo> nodes;
+  KVFS_RETURN_IF_ERROR(etcd_.Start());
   for (int i = 0; i < 2; ++i) {
     kvfs::EngineOptions eo;
     eo.data_dir = dir + (i == 0 ? "/a" : "/b");
@@ -34,19 +31,29 @@ Status ClusterPair::Start(const std::string& dir, uint64_t capacity) {
     eo.capacity = capacity;
     eo.durability = kvfs::Durability::kAsync;  // publish cost is not what is measured
     KVFS_ASSIGN_OR_RETURN(auto engine, kvfs::LocalEngine::Open(eo));
-    ClusterOptions co;
-    co.self = static_cast<kvfs::cluster::NodeId>(i + 1);
-    co.replicas = 0;  // the writer's copy only: B must fetch every byte from A
+    kvfs::ClusterOptions co;
+    co.node_id = static_cast<uint16_t>(i + 1);
+    co.listen_host = "127.0.0.1";
+    co.etcd.endpoints = {etcd_.endpoint()};
+    co.replicas = 1;  // the writer's copy only: B must fetch every byte from A
     co.secret = BenchSecret();
+    co.transport = kvfs::TransportKind::kTcp;
     co.request_timeout = std::chrono::seconds(20);  // 2 cores shared with builds: be patient
-    KVFS_ASSIGN_OR_RETURN(auto store, ClusterStore::Open(engine.get(), co));
-    KVFS_ASSIGN_OR_RETURN(uint16_t port, store->Listen("127.0.0.1", 0));
-    nodes.push_back({co.self, {"127.0.0.1", port}});
-    (i == 0 ? engine_a_ : engine_b_) = std::move(engine);
+    co.state_dir = eo.data_dir;
+    KVFS_ASSIGN_OR_RETURN(auto store, ClusterStore::Open(std::move(engine), co));
     (i == 0 ? a_ : b_) = std::move(store);
   }
-  KVFS_RETURN_IF_ERROR(a_->Join(nodes));
-  return b_->Join(nodes);
+  a_->SetListener(&none_);
+  b_->SetListener(this);
+  return Status::Ok();
+}
+
+void ClusterPair::OnRemoteChanges(const std::vector<kvfs::ObjectRecord>& puts,
+                                  const std::vector<kvfs::ObjectId>&) {
+  std::lock_guard lock(mu_);
+  for (const auto& r : puts)
+    if (r.parent == kvfs::kRootId && r.layout) seen_by_b_[r.name] = r.layout;
+  cv_.notify_all();
 }
 
 Status ClusterPair::Publish(const std::string& name, std::span<const uint8_t> data) {
@@ -61,17 +68,20 @@ Status ClusterPair::Publish(const std::string& name, std::span<const uint8_t> da
   rec.mode = 0644;
   rec.layout = std::move(layout);
   kvfs::MetaBatch batch;
-  batch.puts.push_back(std::move(rec));
-  KVFS_RETURN_IF_ERROR(a_->Apply(batch));
-  published_.push_back(batch.puts.front().id);
+  batch.names.push_back({kvfs::kRootId, name, kvfs::kInvalidId, rec.id});
+  batch.puts.push_back(rec);
+  KVFS_ASSIGN_OR_RETURN(uint64_t token, a_->Submit(batch));
+  KVFS_ASSIGN_OR_RETURN(kvfs::Committed done, a_->AwaitCommitted(token));
+  rec.revision = done.revision;
+  published_.push_back(std::move(rec));
   return Status::Ok();
 }
 
-Result<kvfs::LayoutRef> ClusterPair::LayoutOnB(const std::string& name) const {
-  for (const kvfs::ObjectRecord& r : b_->Records()) {
-    if (r.parent == kvfs::kRootId && r.name == name && r.layout) return r.layout;
-  }
-  return Status::NotFound("node B does not know /" + name);
+Result<kvfs::LayoutRef> ClusterPair::LayoutOnB(const std::string& name) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::seconds(10), [&] { return seen_by_b_.count(name) > 0; }))
+    return Status::NotFound("node B does not know /" + name);
+  return seen_by_b_[name];
 }
 
 Result<size_t> ClusterPair::ReadOnB(const kvfs::LayoutRef& layout, std::span<uint8_t> out) {
@@ -85,10 +95,19 @@ Result<size_t> ClusterPair::ReadOnB(const kvfs::LayoutRef& layout, std::span<uin
 }
 
 Status ClusterPair::RemoveAll() {
-  kvfs::MetaBatch batch;
-  batch.removes = published_;
+  // In pieces: one etcd transaction holds a bounded number of operations.
+  for (size_t i = 0; i < published_.size(); i += 32) {
+    kvfs::MetaBatch batch;
+    for (size_t j = i; j < std::min(published_.size(), i + 32); ++j) {
+      const kvfs::ObjectRecord& r = published_[j];
+      batch.removes.push_back(r.id);
+      batch.remove_revisions.push_back(r.revision);
+      batch.names.push_back({kvfs::kRootId, r.name, r.id, kvfs::kInvalidId});
+    }
+    KVFS_RETURN_IF_ERROR(a_->Apply(batch));
+  }
   published_.clear();
-  return a_->Apply(batch);
+  return Status::Ok();
 }
 
 }  // namespace remotebench

@@ -2,50 +2,74 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <mutex>
-#include <unordered_set>
+#include <string>
 
 namespace kvfs::cluster {
 namespace {
 
-struct Registry {
-  std::mutex mu;
-  std::unordered_set<const Layout*> live;
+struct ClusterLayoutDeleter {
+  void operator()(const Layout* l) const { delete static_cast<const ClusterLayout*>(l); }
 };
-Registry& TheRegistry() {
-  static Registry* r = new Registry;  // never destroyed: layouts may outlive static teardown
-  return *r;
-}
-void Register(const Layout* l) {
-  Registry& r = TheRegistry();
-  std::lock_guard lock(r.mu);
-  r.live.insert(l);
-}
 
 }  // namespace
 
-ClusterLayout::ClusterLayout() { Register(this); }
-ClusterLayout::ClusterLayout(const ClusterLayout& other)
-    : Layout(other), chunk_key(other.chunk_key), replicas(other.replicas), local(other.local) {
-  Register(this);
-}
-ClusterLayout::~ClusterLayout() {
-  Registry& r = TheRegistry();
-  std::lock_guard lock(r.mu);
-  r.live.erase(this);
-}
-
-const ClusterLayout* AsClusterLayout(const Layout* layout) {
-  if (layout == nullptr) return nullptr;
-  Registry& r = TheRegistry();
-  std::lock_guard lock(r.mu);
-  return r.live.count(layout) ? static_cast<const ClusterLayout*>(layout) : nullptr;
+bool HolderList::Remove(NodeId n) {
+  for (size_t i = 0; i < n_; ++i) {
+    if (ids_[i] != n) continue;
+    for (size_t j = i + 1; j < n_; ++j) ids_[j - 1] = ids_[j];
+    --n_;
+    return true;
+  }
+  return false;
 }
 
-std::string ChunkKey(NodeId origin, ObjectId id) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "c%04x-%016" PRIx64, static_cast<unsigned>(origin), id);
+bool HolderList::Contains(NodeId n) const {
+  for (size_t i = 0; i < n_; ++i)
+    if (ids_[i] == n) return true;
+  return false;
+}
+
+bool HolderList::operator==(const HolderList& o) const {
+  if (n_ != o.n_) return false;
+  for (size_t i = 0; i < n_; ++i)
+    if (ids_[i] != o.ids_[i]) return false;
+  return true;
+}
+
+LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders) {
+  auto* l = new ClusterLayout;
+  l->size = size;
+  l->chunk = chunk;
+  l->holders = holders;
+  return LayoutRef(static_cast<const Layout*>(l), ClusterLayoutDeleter{});
+}
+
+const ClusterLayout* AsClusterLayout(const LayoutRef& layout) {
+  if (!layout || std::get_deleter<ClusterLayoutDeleter>(layout) == nullptr) return nullptr;
+  return static_cast<const ClusterLayout*>(layout.get());
+}
+
+std::string ChunkName(uint64_t chunk) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, chunk);
   return buf;
+}
+
+uint64_t ParseChunkName(const std::string& name) {
+  if (name.size() != 16) return 0;
+  uint64_t v = 0;
+  for (char c : name) {
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else {
+      return 0;
+    }
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
 }
 
 }  // namespace kvfs::cluster

@@ -1,35 +1,61 @@
-// ClusterLayout: the Layout of a file in a ClusterStore. The fs layer holds it like any other
-// LayoutRef; the ClusterStore reads it from the local copy when this node holds one, else from
-// the replicas in ranking order.
+// ClusterLayout: the Layout of a published file in a cluster, as the namespace records it: its
+// size, the chunk that holds its bytes (an id fixed at publish, so renames never move data) and
+// the nodes holding a copy. The fs holds it like any LayoutRef; the cluster store reads it from
+// the local copy when this node holds one, else from the holders.
 #pragma once
 
-#include <string>
+#include <array>
+#include <cstdint>
 #include <vector>
 
 #include "kvfs/object.h"
-#include "rendezvous_placement.h"
 
 namespace kvfs::cluster {
 
-struct ClusterLayout : Layout {
-  ClusterLayout();
-  ClusterLayout(const ClusterLayout& other);
-  ClusterLayout& operator=(const ClusterLayout& other) = default;
-  ~ClusterLayout();
+using NodeId = uint16_t;
 
-  std::string chunk_key;         // fixed at publish: origin node + object id
-  std::vector<NodeId> replicas;  // nodes holding the chunk, in ranking order
-  LayoutRef local;               // the local store's copy, when this node had it at the time
+// Up to kMaxHolders node ids, inline (a namespace of millions of files keeps one per file).
+class HolderList {
+ public:
+  static constexpr size_t kMaxHolders = 7;
+  HolderList() = default;
+  explicit HolderList(const std::vector<NodeId>& ids) {
+    for (NodeId n : ids) Add(n);
+  }
+  bool Add(NodeId n) {
+    if (Contains(n) || n_ == kMaxHolders) return false;
+    ids_[n_++] = n;
+    return true;
+  }
+  bool Remove(NodeId n);
+  bool Contains(NodeId n) const;
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  NodeId operator[](size_t i) const { return ids_[i]; }
+  const NodeId* begin() const { return ids_.data(); }
+  const NodeId* end() const { return ids_.data() + n_; }
+  std::vector<NodeId> ToVector() const { return {begin(), end()}; }
+  bool operator==(const HolderList& o) const;
+
+ private:
+  std::array<NodeId, kMaxHolders> ids_{};
+  uint8_t n_ = 0;
 };
 
-// The ClusterLayout behind `layout`, or null for any other layout (the local store's). Layout
-// has no virtual function (object.h belongs to the engine), so dynamic_cast cannot tell them
-// apart: every live ClusterLayout registers its address instead, and leaves before its memory
-// can be reused.
-const ClusterLayout* AsClusterLayout(const Layout* layout);
+struct ClusterLayout : Layout {
+  uint64_t chunk = 0;  // the chunk's id: a cluster object id, unique per published version
+  HolderList holders;  // in the order the publisher placed them
+};
 
-// "c<origin node, 4 hex>-<publish id, 16 hex>": a valid file name, so the local store can keep
-// the chunk as a record named by its key.
-std::string ChunkKey(NodeId origin, ObjectId id);
+// A ClusterLayout as a LayoutRef. Its deleter type is what tells it apart from the engine's
+// layouts (which carry the engine's deleter), so no registry of live layouts is needed.
+LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders);
+// The ClusterLayout behind `layout`, or null for any other layout.
+const ClusterLayout* AsClusterLayout(const LayoutRef& layout);
+
+// The chunk's name in the local engine's hidden chunk directory: 16 hex digits.
+std::string ChunkName(uint64_t chunk);
+// Parses ChunkName; 0 for anything else.
+uint64_t ParseChunkName(const std::string& name);
 
 }  // namespace kvfs::cluster

@@ -1,35 +1,104 @@
-// ClusterStore: its life cycle (open, listen, join, shutdown, sync), the bookkeeping of the
-// namespace map and per-peer traffic, and the local chunk keeping (the hidden chunk directory
-// in the local store). The ChunkStore calls are in cluster_store_chunks.cc, what peers ask of
-// this node (RequestHandler, namespace merge) in cluster_store_peers.cc.
+// ClusterStore: life cycle (open, register, load, shut down), the held chunks in the local
+// engine, and how the namespace's changes reach the fs and the holdings. Publishing and reading
+// chunks are in cluster_store_io.cc, what peers ask in cluster_store_serve.cc.
 #include "cluster_store.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <ctime>
+#include <fstream>
+#include <set>
+
+#include "repair.h"
 
 namespace kvfs::cluster {
 namespace {
 
-// The hidden directory of the local store that holds this node's chunks, one file per key.
+// The engine's hidden directory of held chunks, one file record per chunk named by its id.
 constexpr char kChunkDirName[] = ".kvfs-cluster-chunks";
+constexpr char kRevisionFile[] = "cluster-revision";
+constexpr int kNodeShift = 48;
+constexpr uint64_t kLocalMask = (uint64_t{1} << kNodeShift) - 1;
 
 }  // namespace
 
-Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(ChunkStore* local,
+ClusterStore::ClusterStore(std::unique_ptr<ChunkStore> local, ClusterOptions options)
+    : local_(std::move(local)),
+      options_(std::move(options)),
+      keys_(options_.etcd_prefix),
+      local_events_(this) {}
+
+Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(std::unique_ptr<ChunkStore> local,
                                                          ClusterOptions options) {
-  if (local == nullptr) return Status::Invalid("no local store");
-  if (options.self == 0) return Status::Invalid("node id 0 is reserved");
+  if (!local) return Status::Invalid("no local store");
+  if (options.node_id == 0) return Status::Invalid("node id 0 is reserved");
   if (options.secret.empty()) return Status::Invalid("a cluster needs a shared secret");
-  std::unique_ptr<ClusterStore> store(new ClusterStore(local, std::move(options)));
-  KVFS_RETURN_IF_ERROR(store->LoadHeldChunks());
-  KVFS_RETURN_IF_ERROR(store->LoadSnapshot());
-  // The local store's evictions and corrupt drops are about held chunks, not names: they come
-  // here first (local_removal.cc).
-  local->SetListener(&store->local_events_);
-  store->house_ = std::thread([s = store.get()] { s->Housekeeping(); });
+  if (options.replicas == 0 || options.replicas > HolderList::kMaxHolders)
+    return Status::Invalid("replicas must be 1.." + std::to_string(HolderList::kMaxHolders));
+  if (options.etcd_prefix.empty() || options.etcd_prefix.back() != '/')
+    return Status::Invalid("the etcd prefix must end with '/'");
+  std::unique_ptr<ClusterStore> store(new ClusterStore(std::move(local), std::move(options)));
+  KVFS_RETURN_IF_ERROR(store->Start());
   return store;
+}
+
+Status ClusterStore::Start() {
+  KVFS_ASSIGN_OR_RETURN(etcd_, etcd::MakeClient(options_.etcd));
+  KVFS_RETURN_IF_ERROR(LoadHoldings());
+  ServerOptions so;
+  so.host = options_.listen_host;
+  so.port = options_.listen_port;
+  so.secret = options_.secret;
+  so.node_name = "node" + std::to_string(options_.node_id);
+  so.threads = 8;
+  so.kind = options_.transport;
+  KVFS_ASSIGN_OR_RETURN(server_, StartPeerServer(so, this));
+  std::string address = options_.advertise;
+  if (address.empty()) address = options_.listen_host + ":" + std::to_string(server_->port());
+  // Object ids carry this node's id above the engine's counter; after a lost data directory
+  // the counter may restart, so it starts above the highest id etcd has from this node.
+  KVFS_ASSIGN_OR_RETURN(ObjectId highest,
+                        NamespaceLog(etcd_.get(), &keys_, {}, {}).HighestId(options_.node_id));
+  next_id_ = std::max<uint64_t>((highest & kLocalMask) + 1, local_->NewId() & kLocalMask);
+  MembershipOptions mo;
+  mo.self = options_.node_id;
+  mo.address = address;
+  mo.ttl = options_.lease_ttl;
+  mo.usage = [this] {
+    StoreStats s = local_->Stats();
+    return std::make_pair(s.capacity_bytes, s.used_bytes);
+  };
+  KVFS_ASSIGN_OR_RETURN(
+      membership_, Membership::Start(etcd_.get(), &keys_, mo, [this] { MembershipChanged(); }));
+  NamespaceLogOptions lo;
+  lo.self = options_.node_id;
+  NamespaceLogHooks hooks;
+  hooks.apply = [this](std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes) {
+    OnRemote(std::move(puts), std::move(removes));
+  };
+  hooks.resync = [this](const std::vector<ObjectId>& present, int64_t revision) {
+    OnResync(present, revision);
+  };
+  hooks.reset = [this](ObjectId id, const ObjectRecord* rec) { OnReset(id, rec); };
+  hooks.writable = [this] { return membership_->etcd_reachable(); };
+  log_ = std::make_unique<NamespaceLog>(etcd_.get(), &keys_, lo, std::move(hooks));
+  repair_ = std::make_unique<Repairer>(this);
+  local_->SetListener(&local_events_);
+  spdlog::info("cluster: node {} serving peers at {}, etcd {}, replicas {}", options_.node_id,
+               address, etcd_->endpoint(), options_.replicas);
+  house_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock lock(house_mu_);
+        house_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
+        if (stop_) return;
+      }
+      HandleLocalLosses();
+      ExpireRetiring();
+      SaveRevision();
+    }
+  });
+  return Status::Ok();
 }
 
 ClusterStore::~ClusterStore() {
@@ -37,167 +106,30 @@ ClusterStore::~ClusterStore() {
   local_->SetListener(nullptr);
 }
 
-Status ClusterStore::LoadHeldChunks() {
-  std::lock_guard lock(mu_);
-  std::vector<ObjectRecord> records = local_->Records();
-  for (const ObjectRecord& r : records) {
-    if (r.parent == kRootId && r.name == kChunkDirName && r.type == ObjectType::kDirectory) {
-      chunk_dir_ = r.id;
-    }
-  }
-  if (chunk_dir_ == kInvalidId) return Status::Ok();
-  for (const ObjectRecord& r : records) {
-    if (r.parent == chunk_dir_ && r.type == ObjectType::kFile) {
-      chunks_[r.name] = {r.id, r.layout, r.flags};
-      key_of_local_[r.id] = r.name;
-    }
-  }
-  spdlog::info("cluster node {}: {} chunks held locally", options_.self, chunks_.size());
-  return Status::Ok();
-}
-
-Result<uint16_t> ClusterStore::Listen(const std::string& host, uint16_t port) {
-  if (server_) return Status::Invalid("already listening");
-  ServerOptions so;
-  so.host = host;
-  so.port = port;
-  so.secret = options_.secret;
-  so.node_name = "node" + std::to_string(options_.self);
-  so.threads = 4;
-  so.kind = options_.transport;
-  auto server = StartPeerServer(so, this);
-  if (!server.ok()) return server.status();
-  server_ = std::move(*server);
-  return server_->port();
-}
-
-Status ClusterStore::Join(const std::vector<NodeInfo>& nodes) {
-  if (membership_) return Status::Invalid("already joined");
-  MembershipOptions mo;
-  mo.ping_interval = options_.ping_interval;
-  mo.ping_timeout = options_.ping_timeout;
-  mo.misses_to_down = options_.misses_to_down;
-  mo.client.secret = options_.secret;
-  mo.client.node_name = "node" + std::to_string(options_.self);
-  mo.client.connect_timeout = options_.request_timeout;
-  mo.client.request_timeout = options_.request_timeout;
-  mo.client.connections = 2;
-  mo.client.kind = options_.transport;
-  for (const NodeInfo& n : nodes) {
-    if (n.id != options_.self) traffic_.emplace(n.id, std::make_unique<TrafficCounters>());
-  }
-  KVFS_ASSIGN_OR_RETURN(membership_, Membership::Create(options_.self, nodes, mo));
-  // A peer that comes back may have changed things while we could not hear it.
-  membership_->SetOnUp([this](NodeId id) { PullFrom(id); });
-  for (NodeId id : membership_->AllNodes()) {
-    if (id != options_.self) PullFrom(id);
-  }
-  membership_->Start();
-  return Status::Ok();
-}
-
 void ClusterStore::Shutdown() {
-  if (server_) server_->Stop();
-  if (membership_) membership_->Stop();
   {
     std::lock_guard lock(house_mu_);
-    house_stop_ = true;
+    if (stop_) return;
+    stop_ = true;
   }
   house_cv_.notify_all();
   if (house_.joinable()) house_.join();
-  DrainLocalRemovals();
-  if (Status st = SaveSnapshot(); !st.ok())
-    spdlog::error("cluster: final namespace snapshot failed: {}", st.ToString());
+  if (repair_) repair_->Stop();
+  if (log_) log_->Stop();
+  SaveRevision();
+  if (membership_) membership_->Leave();
+  if (server_) server_->Stop();
 }
 
-Status ClusterStore::Sync() {
-  KVFS_RETURN_IF_ERROR(SaveSnapshot());
-  return local_->Sync();
-}
+uint16_t ClusterStore::port() const { return server_ ? server_->port() : 0; }
 
-ClusterStore::TrafficCounters* ClusterStore::TrafficFor(NodeId peer) const {
-  auto it = traffic_.find(peer);
-  return it == traffic_.end() ? nullptr : it->second.get();
-}
-
-PeerTraffic ClusterStore::traffic(NodeId peer) const {
-  PeerTraffic t;
-  if (TrafficCounters* c = TrafficFor(peer)) {
-    t.gets_sent = c->gets_sent;
-    t.puts_sent = c->puts_sent;
-    t.pushes_sent = c->pushes_sent;
-    t.pushes_received = c->pushes_received;
-  }
-  return t;
-}
-
-std::string ClusterStore::transport_name() const {
-  if (options_.transport == TransportKind::kTcp) return "tcp";
-  if (options_.transport == TransportKind::kRdma) return "rdma";
-  return RdmaDeviceAvailable() ? "rdma" : "tcp";
-}
-
-Result<ChunkLocation> ClusterStore::Location(ObjectId id) const {
+Status ClusterStore::LoadHoldings() {
+  std::vector<ObjectRecord> records = local_->Records();
   std::lock_guard lock(mu_);
-  auto it = ns_.find(id);
-  if (it == ns_.end()) return Status::NotFound("no such record in the cluster namespace");
-  ChunkLocation loc;
-  if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
-    loc.chunk_key = cl->chunk_key;
-    loc.replicas = cl->replicas;
-    loc.local = chunks_.count(cl->chunk_key) != 0;
+  for (const ObjectRecord& r : records) {
+    if (r.parent == kRootId && r.name == kChunkDirName && r.type == ObjectType::kDirectory)
+      chunk_dir_ = r.id;
   }
-  return loc;
-}
-
-void ClusterStore::SetEntryLocked(ObjectId id, Entry e) {
-  auto old = ns_.find(id);
-  if (old != ns_.end()) {
-    if (auto* cl = AsClusterLayout(old->second.rec.layout.get())) {
-      auto n = named_by_.find(cl->chunk_key);
-      if (n != named_by_.end() && n->second == id) named_by_.erase(n);
-    }
-  }
-  if (auto* cl = AsClusterLayout(e.rec.layout.get())) named_by_[cl->chunk_key] = id;
-  ns_[id] = std::move(e);
-  ++ns_version_;
-}
-
-void ClusterStore::EraseEntryLocked(std::map<ObjectId, Entry>::iterator it) {
-  if (auto* cl = AsClusterLayout(it->second.rec.layout.get())) {
-    auto n = named_by_.find(cl->chunk_key);
-    if (n != named_by_.end() && n->second == it->first) named_by_.erase(n);
-  }
-  ns_.erase(it);
-  ++ns_version_;
-}
-
-ClusterCounters ClusterStore::counters() const {
-  ClusterCounters c;
-  c.puts_sent = puts_sent_;
-  c.puts_received = puts_received_;
-  c.gets_sent = gets_sent_;
-  c.gets_served = gets_served_;
-  c.pushes_sent = pushes_sent_;
-  c.pushes_received = pushes_received_;
-  return c;
-}
-
-bool ClusterStore::HoldsChunk(const std::string& key) const {
-  std::lock_guard lock(mu_);
-  return chunks_.count(key) != 0;
-}
-
-uint64_t ClusterStore::Now() const {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// ---- local chunk keeping ----
-
-Status ClusterStore::StoreChunkLocked(const std::string& key, LayoutRef layout, uint32_t flags) {
-  MetaBatch batch;
   if (chunk_dir_ == kInvalidId) {
     ObjectRecord dir;
     dir.id = local_->NewId();
@@ -205,53 +137,441 @@ Status ClusterStore::StoreChunkLocked(const std::string& key, LayoutRef layout, 
     dir.name = kChunkDirName;
     dir.type = ObjectType::kDirectory;
     dir.mode = 0700;
-    batch.puts.push_back(dir);
+    MetaBatch b;
+    b.puts.push_back(dir);
+    KVFS_RETURN_IF_ERROR(local_->Apply(b));
+    chunk_dir_ = dir.id;
   }
-  const ObjectId dir_id = chunk_dir_ != kInvalidId ? chunk_dir_ : batch.puts.front().id;
+  for (const ObjectRecord& r : records) {
+    if (r.parent != chunk_dir_ || r.type != ObjectType::kFile) continue;
+    const uint64_t chunk = ParseChunkName(r.name);
+    if (chunk == 0) continue;
+    Holding h;
+    h.local_id = r.id;
+    h.local = r.layout;
+    h.flags = r.flags;
+    held_[chunk] = std::move(h);
+    chunk_of_local_[r.id] = chunk;
+  }
+  spdlog::info("cluster: node {} holds {} chunks", options_.node_id, held_.size());
+  return Status::Ok();
+}
+
+Status ClusterStore::Hold(uint64_t chunk, const LayoutRef& layout, uint32_t flags) {
   ObjectRecord rec;
-  auto held = chunks_.find(key);
-  rec.id = held != chunks_.end() ? held->second.local_id : local_->NewId();
-  rec.parent = dir_id;
-  rec.name = key;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(chunk);
+    if (it != held_.end() && it->second.local == layout) return Status::Ok();
+    rec.id = it != held_.end() ? it->second.local_id : local_->NewId();
+  }
+  rec.parent = chunk_dir_;
+  rec.name = ChunkName(chunk);
   rec.type = ObjectType::kFile;
   rec.mode = 0600;
   rec.flags = flags;
   rec.layout = layout;
-  batch.puts.push_back(rec);
-  KVFS_RETURN_IF_ERROR(local_->Apply(batch));
-  chunk_dir_ = dir_id;
-  chunks_[key] = {rec.id, std::move(layout), flags};
-  key_of_local_[rec.id] = key;
+  rec.atime = rec.mtime = rec.ctime = Timespec64{static_cast<int64_t>(time(nullptr)), 0};
+  MetaBatch b;
+  b.puts.push_back(rec);
+  KVFS_RETURN_IF_ERROR(local_->Apply(b));
+  std::lock_guard lock(mu_);
+  Holding& h = held_[chunk];
+  h.local_id = rec.id;
+  h.local = layout;
+  h.flags = flags;
+  chunk_of_local_[rec.id] = chunk;
   return Status::Ok();
 }
 
-void ClusterStore::SyncChunkFlagsLocked(const Entry& e) {
-  auto* cl = AsClusterLayout(e.rec.layout.get());
-  if (!cl) return;
-  auto it = chunks_.find(cl->chunk_key);
-  const uint32_t want = e.rec.flags & kFlagPinned;
-  if (it == chunks_.end() || it->second.flags == want) return;
-  Status st = StoreChunkLocked(cl->chunk_key, it->second.layout, want);
-  if (!st.ok()) spdlog::warn("cluster: pinning chunk {}: {}", cl->chunk_key, st.ToString());
-}
-
-void ClusterStore::DropChunkLocked(const std::string& key) {
-  auto it = chunks_.find(key);
-  if (it == chunks_.end()) return;
-  MetaBatch batch;
-  batch.removes.push_back(it->second.local_id);
-  Status st = local_->Apply(batch);
-  if (!st.ok()) {
-    spdlog::warn("cluster: dropping chunk {} failed: {}", key, st.ToString());
-    return;
+void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
+  ObjectId local_id;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(chunk);
+    if (it == held_.end()) return;
+    local_id = it->second.local_id;
+    if (it->second.record != kInvalidId) chunk_of_record_.erase(it->second.record);
+    chunk_of_local_.erase(local_id);
+    // Readers that still see the old version (a node whose watch has not delivered the new
+    // one yet, an open that raced the switch) are served for a moment longer: the engine
+    // frees the extents only once this last reference goes.
+    retiring_.push_back({chunk, it->second.local, std::chrono::steady_clock::now() + kRetireGrace});
+    held_.erase(it);
   }
-  key_of_local_.erase(it->second.local_id);
-  chunks_.erase(it);
+  MetaBatch b;
+  b.removes.push_back(local_id);
+  Status st = local_->Apply(b);
+  if (!st.ok()) {
+    spdlog::warn("cluster: dropping chunk {} ({}) failed: {}", Hex16(chunk), why, st.ToString());
+  } else {
+    spdlog::debug("cluster: dropped chunk {} ({})", Hex16(chunk), why);
+  }
 }
 
-LayoutRef ClusterStore::HeldLocked(const std::string& key) const {
-  auto it = chunks_.find(key);
-  return it == chunks_.end() ? nullptr : it->second.layout;
+LayoutRef ClusterStore::HeldLayout(uint64_t chunk) const {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(chunk);
+  if (it != held_.end()) return it->second.local;
+  for (const Retiring& r : retiring_)
+    if (r.chunk == chunk) return r.local;
+  return nullptr;
 }
+
+void ClusterStore::ExpireRetiring() {
+  std::vector<LayoutRef> freed;  // released outside mu_: the last release frees extents
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  while (!retiring_.empty() && retiring_.front().until <= now) {
+    freed.push_back(std::move(retiring_.front().local));
+    retiring_.pop_front();
+  }
+}
+
+bool ClusterStore::Holds(uint64_t chunk) const { return HeldLayout(chunk) != nullptr; }
+
+size_t ClusterStore::held_chunks() const {
+  std::lock_guard lock(mu_);
+  return held_.size();
+}
+
+ObjectId ClusterStore::NewId() {
+  return (static_cast<uint64_t>(options_.node_id) << kNodeShift) | (next_id_++ & kLocalMask);
+}
+
+std::vector<ObjectRecord> ClusterStore::Records() const {
+  std::vector<ObjectRecord> out;
+  Status st = const_cast<ClusterStore*>(this)->LoadRecords(
+      [&](ObjectRecord&& rec) { out.push_back(std::move(rec)); });
+  if (!st.ok()) spdlog::error("cluster: loading the namespace failed: {}", st.ToString());
+  return out;
+}
+
+Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn) {
+  std::unordered_map<uint64_t, std::pair<ObjectRecord, bool>> named;  // held chunk -> record
+  std::vector<std::pair<ObjectId, uint64_t>> listed_not_held;
+  {
+    std::lock_guard lock(mu_);
+    chunk_of_record_.clear();
+    for (auto& [chunk, h] : held_) h.record = kInvalidId;
+  }
+  KVFS_RETURN_IF_ERROR(log_->Load([&](ObjectRecord&& rec) {
+    if (const ClusterLayout* cl = AsClusterLayout(rec.layout)) {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(cl->chunk);
+      if (it != held_.end()) {
+        it->second.record = rec.id;
+        it->second.revision = rec.revision;
+        it->second.holders = cl->holders;
+        chunk_of_record_[rec.id] = cl->chunk;
+      } else if (cl->holders.Contains(options_.node_id)) {
+        listed_not_held.emplace_back(rec.id, cl->chunk);
+      }
+    }
+    fn(std::move(rec));
+  }));
+  loaded_ = true;
+  // Held chunks no record names any more (unlinked or replaced while this node was away) go;
+  // records that list this node for a chunk it lost (a crash with durability=async) drop it
+  // from their holder list, so repair copies the chunk from another holder.
+  std::vector<uint64_t> orphans;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [chunk, h] : held_)
+      if (h.record == kInvalidId) orphans.push_back(chunk);
+  }
+  for (uint64_t chunk : orphans) DropHolding(chunk, "no record names it");
+  for (const auto& [record, chunk] : listed_not_held)
+    LeaveHolderList(record, chunk, "not held here after a restart");
+  if (!orphans.empty() || !listed_not_held.empty())
+    spdlog::info("cluster: dropped {} unnamed chunks, left {} holder lists", orphans.size(),
+                 listed_not_held.size());
+  return Status::Ok();
+}
+
+void ClusterStore::SetListener(StoreListener* listener) {
+  listener_.store(listener);
+  if (listener != nullptr) {
+    log_->Start();  // idempotent: the watch starts after the load, so nothing falls between
+    repair_->Start();
+  }
+}
+
+void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
+                               const std::vector<ObjectId>& removes) {
+  std::vector<std::pair<uint64_t, const char*>> drop;
+  std::vector<std::pair<LayoutRef, uint32_t>> repin;  // held layouts whose pin changed
+  std::vector<uint64_t> repin_chunks;
+  {
+    std::lock_guard lock(mu_);
+    for (ObjectId id : removes) {
+      auto it = chunk_of_record_.find(id);
+      if (it != chunk_of_record_.end()) drop.emplace_back(it->second, "its record was removed");
+    }
+    for (const ObjectRecord& rec : puts) {
+      const ClusterLayout* cl = AsClusterLayout(rec.layout);
+      auto old = chunk_of_record_.find(rec.id);
+      if (old != chunk_of_record_.end() && (!cl || cl->chunk != old->second))
+        drop.emplace_back(old->second, "a new version replaced it");
+      if (!cl) continue;
+      auto it = held_.find(cl->chunk);
+      if (it == held_.end()) continue;
+      if (!cl->holders.Contains(options_.node_id)) {
+        // Repair or a drain took this node off the list: its copy is surplus.
+        drop.emplace_back(cl->chunk, "the holder list no longer names this node");
+        continue;
+      }
+      it->second.record = rec.id;
+      it->second.revision = rec.revision;
+      it->second.holders = cl->holders;
+      chunk_of_record_[rec.id] = cl->chunk;
+      const uint32_t pin = rec.flags & kFlagPinned;
+      if ((it->second.flags & kFlagPinned) != pin) repin_chunks.push_back(cl->chunk);
+    }
+  }
+  for (const auto& [chunk, why] : drop) DropHolding(chunk, why);
+  for (uint64_t chunk : repin_chunks) {
+    LayoutRef l;
+    uint32_t flags;
+    {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(chunk);
+      if (it == held_.end()) continue;
+      l = it->second.local;
+      flags = it->second.flags ^ kFlagPinned;
+    }
+    (void)Hold(chunk, l, flags);  // the engine's eviction must see the pin
+  }
+  if (repair_) repair_->Poke();
+}
+
+void ClusterStore::OnRemote(std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes) {
+  // The fs switches to the new versions first; then copies of the versions they replaced go.
+  if (StoreListener* l = listener_.load()) l->OnRemoteChanges(puts, removes);
+  NoteRecords(puts, removes);
+}
+
+void ClusterStore::OnResync(const std::vector<ObjectId>& present, int64_t revision) {
+  std::vector<ObjectId> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [record, chunk] : chunk_of_record_)
+      if (!std::binary_search(present.begin(), present.end(), record)) gone.push_back(record);
+  }
+  NoteRecords({}, gone);
+  if (StoreListener* l = listener_.load())
+    l->OnRemoteResync(present, static_cast<uint64_t>(revision));
+}
+
+void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec) {
+  if (rec) {
+    NoteRecords({*rec}, {});
+  } else {
+    NoteRecords({}, {id});
+  }
+  if (StoreListener* l = listener_.load()) l->OnRolledBack(id, rec);
+}
+
+void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
+  std::lock_guard lock(losses_mu_);
+  losses_.emplace_back(local_id, corrupt);
+  house_cv_.notify_all();
+}
+
+void ClusterStore::HandleLocalLosses() {
+  std::vector<std::pair<ObjectId, bool>> losses;
+  {
+    std::lock_guard lock(losses_mu_);
+    losses.swap(losses_);
+  }
+  for (const auto& [local_id, corrupt] : losses) {
+    uint64_t chunk = 0;
+    ObjectId record = kInvalidId;
+    {
+      std::lock_guard lock(mu_);
+      auto it = chunk_of_local_.find(local_id);
+      if (it == chunk_of_local_.end()) continue;
+      chunk = it->second;
+      auto h = held_.find(chunk);
+      if (h != held_.end()) {
+        record = h->second.record;
+        if (record != kInvalidId) chunk_of_record_.erase(record);
+        held_.erase(h);
+      }
+      chunk_of_local_.erase(it);
+    }
+    spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(chunk),
+                 corrupt ? "corrupt" : "evicted");
+    if (record != kInvalidId)
+      LeaveHolderList(record, chunk, corrupt ? "its local copy was corrupt" : "evicted here");
+  }
+}
+
+void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* why) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto rec = log_->ReadRecord(record);
+    if (!rec.ok()) {
+      spdlog::warn("cluster: cannot leave the holder list of {:x}: {}", record,
+                   rec.status().ToString());
+      return;
+    }
+    if (!*rec) return;
+    const ClusterLayout* cl = AsClusterLayout((*rec)->layout);
+    if (!cl || cl->chunk != chunk || !cl->holders.Contains(options_.node_id)) return;
+    HolderList holders = cl->holders;
+    holders.Remove(options_.node_id);
+    Status st;
+    if (holders.empty()) {
+      // The last copy is gone: so is the file, on every node (as a single node's eviction).
+      st = log_->CompareAndDelete(**rec);
+      if (st.ok())
+        spdlog::warn("cluster: record {:x} removed: its last copy went ({})", record, why);
+    } else {
+      ObjectRecord next = **rec;
+      next.layout = MakeClusterLayout(cl->size, cl->chunk, holders);
+      st = log_->CompareAndPut(next).status();
+    }
+    if (st.ok() || !st.IsConflict()) {
+      if (!st.ok())
+        spdlog::warn("cluster: leaving the holder list of {:x}: {}", record, st.ToString());
+      return;
+    }
+  }
+}
+
+void ClusterStore::MembershipChanged() {
+  if (membership_) {
+    std::lock_guard lock(seen_mu_);
+    for (const MemberInfo& m : membership_->Members()) {
+      if (m.drained) {
+        seen_.erase(m.id);
+      } else {
+        seen_[m.id] = m.address;
+      }
+    }
+  }
+  if (repair_) repair_->Poke();
+  // etcd answered again after an outage: the watch may have stalled on a dead stream.
+  const bool reachable = membership_ && membership_->etcd_reachable();
+  if (reachable && !was_reachable_.exchange(reachable) && log_) log_->RestartWatch();
+  was_reachable_ = reachable;
+}
+
+void ClusterStore::SaveRevision() {
+  if (!log_) return;
+  const int64_t rev = log_->applied_revision();
+  if (rev == saved_revision_) return;
+  saved_revision_ = rev;
+  const std::string dir = options_.state_dir;
+  if (dir.empty()) return;
+  const std::string tmp = dir + "/" + kRevisionFile + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << rev << "\n";
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), (dir + "/" + kRevisionFile).c_str());
+}
+
+Status ClusterStore::Sync() {
+  SaveRevision();
+  return local_->Sync();
+}
+
+StoreStats ClusterStore::Stats() const {
+  StoreStats s = local_->Stats();
+  // Counts of names are the fs's business (it holds the namespace); these are the engine's.
+  return s;
+}
+
+ClusterView ClusterStore::Cluster() const {
+  ClusterView v;
+  v.self = options_.node_id;
+  v.replicas = options_.replicas;
+  v.transport = options_.transport == TransportKind::kRdma ? "rdma" : "tcp";
+  v.etcd = options_.etcd.endpoints;
+  v.etcd_reachable = membership_->etcd_reachable();
+  v.revision = log_->applied_revision();
+  std::set<NodeId> listed;
+  for (const MemberInfo& m : membership_->Members()) {
+    NodeView n;
+    n.id = m.id;
+    n.address = m.address;
+    n.state = m.id == options_.node_id ? (m.draining ? "draining" : "self")
+                                       : (m.draining ? "draining" : "up");
+    if (m.drained && m.draining) n.state = "drained";
+    n.capacity_bytes = m.capacity_bytes;
+    n.used_bytes = m.used_bytes;
+    if (m.id == options_.node_id) {
+      StoreStats s = local_->Stats();
+      n.capacity_bytes = s.capacity_bytes;
+      n.used_bytes = s.used_bytes;
+    } else if (PeerCounters* c = const_cast<ClusterStore*>(this)->CountersFor(m.id)) {
+      n.gets_sent = c->gets_sent.load();
+      n.puts_sent = c->puts_sent.load();
+    }
+    listed.insert(m.id);
+    v.nodes.push_back(std::move(n));
+  }
+  {
+    // Nodes seen since this one started whose lease is gone: down, until they come back or
+    // were drained before they left (then they were removed on purpose).
+    std::lock_guard lock(seen_mu_);
+    for (const NodeView& n : v.nodes) {
+      if (n.state == "drained") {
+        seen_.erase(n.id);
+      } else {
+        seen_[n.id] = n.address;
+      }
+    }
+    for (const auto& [id, address] : seen_) {
+      if (listed.count(id) || id == options_.node_id) continue;
+      NodeView n;
+      n.id = id;
+      n.address = address;
+      n.state = "down";
+      v.nodes.push_back(std::move(n));
+    }
+  }
+  if (!listed.count(options_.node_id)) {
+    // Not registered right now (etcd unreachable, or the lease just expired).
+    NodeView n;
+    n.id = options_.node_id;
+    n.state = "self";
+    v.nodes.push_back(std::move(n));
+  }
+  std::sort(v.nodes.begin(), v.nodes.end(),
+            [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
+  Repairer::Totals t = repair_->totals();
+  v.repair_pending = t.pending;
+  v.repaired_chunks = t.chunks;
+  v.repaired_bytes = t.bytes;
+  v.repair_failures = t.failures;
+  v.repair_bandwidth = options_.repair_bandwidth;
+  return v;
+}
+
+PlacementView ClusterStore::Placement(const LayoutRef& layout) const {
+  PlacementView p;
+  if (const ClusterLayout* cl = AsClusterLayout(layout)) {
+    p.chunk = cl->chunk;
+    p.holders = cl->holders.ToVector();
+    p.local = Holds(cl->chunk);
+  } else if (layout) {
+    p.local = true;  // written here, not yet published
+    p.holders.push_back(options_.node_id);
+  }
+  return p;
+}
+
+Status ClusterStore::SetDraining(uint16_t node, bool draining) {
+  if (node == 0) node = options_.node_id;
+  if (draining) return etcd_->Put(keys_.Drain(node), "1").status();
+  etcd::TxnRequest t;
+  t.success.push_back({etcd::TxnOp::Kind::kDelete, keys_.Drain(node), "", "", 0, 0});
+  return etcd_->Txn(t).status();
+}
+
+void ClusterStore::CheckRepairs() { repair_->RunOnce(); }
 
 }  // namespace kvfs::cluster

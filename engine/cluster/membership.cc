@@ -2,96 +2,284 @@
 
 #include <spdlog/spdlog.h>
 
-namespace kvfs::cluster {
+#include <nlohmann/json.hpp>
 
-Result<std::unique_ptr<Membership>> Membership::Create(NodeId self,
-                                                       const std::vector<NodeInfo>& nodes,
-                                                       MembershipOptions options) {
-  if (self == 0) return Status::Invalid("node id 0 is reserved");
-  std::unique_ptr<Membership> m(new Membership(self, options));
-  for (const NodeInfo& n : nodes) {
-    if (n.id == 0) return Status::Invalid("node id 0 is reserved");
-    if (n.id == self) continue;
-    if (m->peers_.count(n.id)) return Status::Invalid("duplicate node id " + std::to_string(n.id));
-    auto client = MakePeerClient(n.address, options.client);
-    if (!client.ok()) return client.status();
-    auto peer = std::make_unique<Peer>();
-    peer->client = std::move(*client);
-    m->peers_.emplace(n.id, std::move(peer));
-  }
+namespace kvfs::cluster {
+namespace {
+
+using nlohmann::json;
+
+std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
+  json j = json::parse(value, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  MemberInfo m;
+  m.id = id;
+  auto addr = j.find("address");
+  if (addr == j.end() || !addr->is_string()) return std::nullopt;
+  m.address = addr->get<std::string>();
+  if (auto c = j.find("capacity"); c != j.end() && c->is_number_unsigned())
+    m.capacity_bytes = c->get<uint64_t>();
+  if (auto u = j.find("used"); u != j.end() && u->is_number_unsigned())
+    m.used_bytes = u->get<uint64_t>();
+  if (auto d = j.find("drained"); d != j.end() && d->is_boolean()) m.drained = d->get<bool>();
   return m;
 }
 
-Membership::~Membership() { Stop(); }
+}  // namespace
 
-void Membership::Start() {
-  std::lock_guard lock(mu_);
-  if (thread_.joinable() || stop_) return;
-  thread_ = std::thread([this] { Run(); });
+Result<std::unique_ptr<Membership>> Membership::Start(etcd::Client* etcd, const NamespaceKeys* keys,
+                                                      MembershipOptions options,
+                                                      std::function<void()> on_change) {
+  if (options.self == 0) return Status::Invalid("node id 0 is reserved");
+  if (options.ttl.count() < 2) return Status::Invalid("the lease TTL must be at least 2 s");
+  std::unique_ptr<Membership> m(
+      new Membership(etcd, keys, std::move(options), std::move(on_change)));
+  KVFS_RETURN_IF_ERROR(m->Register());
+  int64_t revision = 0;
+  KVFS_RETURN_IF_ERROR(m->Reload(&revision));
+  m->renew_ = std::thread([p = m.get()] { p->RenewLoop(); });
+  m->watch_ = std::thread([p = m.get()] { p->WatchLoop(); });
+  return m;
 }
 
-void Membership::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
+Membership::~Membership() { Leave(); }
+
+void Membership::Leave() {
+  if (stop_.exchange(true)) return;
+  wake_cv_.notify_all();
+  if (renew_.joinable()) renew_.join();
+  if (watch_.joinable()) watch_.join();
+  if (int64_t lease = lease_.exchange(0); lease != 0) {
+    Status st = etcd_->LeaseRevoke(lease);
+    if (!st.ok()) spdlog::warn("cluster: could not revoke lease on leaving: {}", st.ToString());
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
 }
 
-void Membership::Run() {
-  std::unique_lock lock(mu_);
-  while (!stop_) {
-    lock.unlock();
-    PingOnce();
-    lock.lock();
-    cv_.wait_for(lock, options_.ping_interval, [&] { return stop_; });
+std::string Membership::SelfValue() const {
+  json j = json::object();
+  j["id"] = options_.self;
+  j["address"] = options_.address;
+  if (options_.usage) {
+    auto [cap, used] = options_.usage();
+    j["capacity"] = cap;
+    j["used"] = used;
   }
+  j["drained"] = drained_.load();
+  return j.dump();
 }
 
-void Membership::PingOnce() {
-  CallOptions call;
-  call.timeout = options_.ping_timeout;
-  for (auto& [id, peer] : peers_) {
-    Status st = peer->client->Ping(call);
-    if (st.ok()) {
-      peer->misses = 0;
-      if (!peer->up.exchange(true)) {
-        spdlog::info("cluster: node {} ({}) is up", id, peer->client->address().ToString());
-        if (on_up_) on_up_(id);
+Status Membership::Register() {
+  const std::string key = keys_->Member(options_.self);
+  KVFS_ASSIGN_OR_RETURN(int64_t lease, etcd_->LeaseGrant(options_.ttl.count()));
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    etcd::TxnRequest txn;
+    txn.compare.push_back(
+        {key, "", etcd::Compare::Target::kVersion, etcd::Compare::Op::kEqual, 0, ""});
+    txn.success.push_back({etcd::TxnOp::Kind::kPut, key, SelfValue(), "", lease, 0});
+    txn.failure.push_back({etcd::TxnOp::Kind::kRange, key, "", "", 0, 0});
+    KVFS_ASSIGN_OR_RETURN(etcd::TxnResponse r, etcd_->Txn(txn));
+    if (r.succeeded) {
+      lease_ = lease;
+      spdlog::info("cluster: node {} registered at {} (lease {:x}, TTL {} s)", options_.self,
+                   options_.address, lease, options_.ttl.count());
+      return Status::Ok();
+    }
+    if (r.ranges.empty() || r.ranges[0].kvs.empty()) continue;  // it just expired: again
+    const etcd::KeyValue& held = r.ranges[0].kvs[0];
+    auto other = ParseMember(options_.self, held.value);
+    if (!other || other->address != options_.address) {
+      (void)etcd_->LeaseRevoke(lease);
+      return Status::Error(EEXIST, "node id " + std::to_string(options_.self) +
+                                       " is registered by a live node at " +
+                                       (other ? other->address : "an unknown address"));
+    }
+    // Our own address: a previous run of this node that died (this one holds the data
+    // directory's lock and bound the address). Its key goes now instead of at its lease's end.
+    etcd::TxnRequest take;
+    take.compare.push_back({key, "", etcd::Compare::Target::kModRevision, etcd::Compare::Op::kEqual,
+                            held.mod_revision, ""});
+    take.success.push_back({etcd::TxnOp::Kind::kDelete, key, "", "", 0, 0});
+    KVFS_RETURN_IF_ERROR(etcd_->Txn(take).status());
+    if (held.lease != 0) (void)etcd_->LeaseRevoke(held.lease);
+    spdlog::info("cluster: node {} took over the registration of its previous run", options_.self);
+  }
+  (void)etcd_->LeaseRevoke(lease);
+  return Status::Error(EBUSY, "node id " + std::to_string(options_.self) +
+                                  ": the registration keeps changing under us");
+}
+
+void Membership::RenewLoop() {
+  const auto interval = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(300),
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.ttl) / 3);
+  auto last_usage = std::chrono::steady_clock::now();
+  while (!stop_.load()) {
+    {
+      std::unique_lock lock(wake_mu_);
+      wake_cv_.wait_for(lock, interval, [&] { return stop_.load(); });
+    }
+    if (stop_.load()) return;
+    Status st;
+    if (lease_.load() == 0) {
+      st = Register();
+    } else {
+      auto ttl = etcd_->LeaseKeepAlive(lease_.load());
+      st = ttl.status();
+      if (st.err() == ENOENT) {
+        // Expired while etcd or this node was unreachable or frozen: the others saw this node
+        // leave. Join again under a new lease.
+        spdlog::warn("cluster: lease of node {} expired; registering again", options_.self);
+        lease_ = 0;
+        st = Register();
       }
-    } else if (++peer->misses >= options_.misses_to_down && peer->up.exchange(false)) {
-      spdlog::warn("cluster: node {} ({}) is down: {}", id, peer->client->address().ToString(),
-                   st.ToString());
+    }
+    if (st.ok()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_usage > std::chrono::seconds(5)) {
+        last_usage = now;
+        auto put = etcd_->Put(keys_->Member(options_.self), SelfValue(), lease_.load());
+        if (!put.ok()) st = put.status();
+      }
+    }
+    if (st.ok()) {
+      if (!reachable_.exchange(true)) {
+        spdlog::warn("cluster: etcd {} reachable again; namespace changes accepted",
+                     etcd_->endpoint());
+        if (on_change_) on_change_();
+      }
+    } else if (reachable_.exchange(false)) {
+      spdlog::error(
+          "cluster: etcd unreachable ({}); namespace changes refused (EROFS) until it is back, "
+          "reads go on",
+          st.ToString());
+      if (on_change_) on_change_();
     }
   }
 }
 
-std::vector<NodeId> Membership::AllNodes() const {
-  std::vector<NodeId> out{self_};
-  for (const auto& [id, peer] : peers_) out.push_back(id);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<NodeId> Membership::LiveNodes() const {
-  std::vector<NodeId> out{self_};
-  for (const auto& [id, peer] : peers_) {
-    if (peer->up.load()) out.push_back(id);
+Status Membership::Reload(int64_t* revision) {
+  etcd::RangeRequest r;
+  r.key = keys_->MemberPrefix();
+  r.range_end = etcd::PrefixEnd(keys_->DrainPrefix());
+  KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse resp, etcd_->Range(r));
+  std::map<NodeId, MemberInfo> members;
+  std::map<NodeId, bool> drains;
+  for (const etcd::KeyValue& kv : resp.kvs) {
+    if (auto id = keys_->ParseMember(kv.key)) {
+      if (auto m = ParseMember(*id, kv.value)) members[*id] = *m;
+    } else if (auto d = keys_->ParseDrain(kv.key)) {
+      drains[*d] = true;
+    }
   }
-  std::sort(out.begin(), out.end());
+  {
+    std::lock_guard lock(mu_);
+    members_ = std::move(members);
+    drains_ = std::move(drains);
+  }
+  *revision = resp.revision;
+  return Status::Ok();
+}
+
+void Membership::ApplyEvent(const etcd::Event& ev) {
+  const bool put = ev.type == etcd::Event::Type::kPut;
+  std::lock_guard lock(mu_);
+  if (auto id = keys_->ParseMember(ev.kv.key)) {
+    if (!put) {
+      members_.erase(*id);
+    } else if (auto m = ParseMember(*id, ev.kv.value)) {
+      members_[*id] = *m;
+    }
+  } else if (auto d = keys_->ParseDrain(ev.kv.key)) {
+    if (put) {
+      drains_[*d] = true;
+    } else {
+      drains_.erase(*d);
+    }
+  }
+}
+
+void Membership::WatchLoop() {
+  int64_t revision = 0;
+  bool need_reload = true;
+  while (!stop_.load()) {
+    if (need_reload) {
+      Status st = Reload(&revision);
+      if (!st.ok()) {
+        std::unique_lock lock(wake_mu_);
+        wake_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_.load(); });
+        continue;
+      }
+      need_reload = false;
+      if (on_change_) on_change_();
+    }
+    etcd::WatchRequest w;
+    w.key = keys_->MemberPrefix();
+    w.range_end = etcd::PrefixEnd(keys_->DrainPrefix());
+    w.start_revision = revision + 1;
+    Status st = etcd_->Watch(
+        w,
+        [&](const etcd::WatchResponse& r) {
+          if (r.events.empty()) return true;
+          for (const etcd::Event& ev : r.events) {
+            ApplyEvent(ev);
+            revision = std::max(revision, ev.kv.mod_revision);
+          }
+          if (on_change_) on_change_();
+          return true;
+        },
+        stop_);
+    if (stop_.load()) return;
+    // The stream broke (etcd restarted, compaction, unreachable): read everything again.
+    spdlog::debug("cluster: member watch ended: {}", st.ToString());
+    need_reload = true;
+    std::unique_lock lock(wake_mu_);
+    wake_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+  }
+}
+
+std::vector<MemberInfo> Membership::Members() const {
+  std::lock_guard lock(mu_);
+  std::vector<MemberInfo> out;
+  for (const auto& [id, m] : members_) {
+    MemberInfo copy = m;
+    copy.draining = drains_.count(id) > 0;
+    out.push_back(std::move(copy));
+  }
   return out;
 }
 
-bool Membership::IsUp(NodeId id) const {
-  if (id == self_) return true;
-  auto it = peers_.find(id);
-  return it != peers_.end() && it->second->up.load();
+std::optional<MemberInfo> Membership::Find(NodeId id) const {
+  std::lock_guard lock(mu_);
+  auto it = members_.find(id);
+  if (it == members_.end()) return std::nullopt;
+  MemberInfo m = it->second;
+  m.draining = drains_.count(id) > 0;
+  return m;
 }
 
-PeerClient* Membership::Client(NodeId id) const {
-  auto it = peers_.find(id);
-  return it == peers_.end() ? nullptr : it->second->client.get();
+bool Membership::IsLive(NodeId id) const {
+  std::lock_guard lock(mu_);
+  return members_.count(id) > 0;
+}
+
+bool Membership::IsDraining(NodeId id) const {
+  std::lock_guard lock(mu_);
+  return drains_.count(id) > 0;
+}
+
+std::vector<NodeId> Membership::PlacementTargets() const {
+  std::lock_guard lock(mu_);
+  std::vector<NodeId> out;
+  for (const auto& [id, m] : members_) {
+    if (!drains_.count(id)) out.push_back(id);
+  }
+  return out;
+}
+
+void Membership::SetDrained(bool drained) {
+  if (drained_.exchange(drained) == drained) return;
+  if (lease_.load() != 0)
+    (void)etcd_->Put(keys_->Member(options_.self), SelfValue(), lease_.load());
 }
 
 }  // namespace kvfs::cluster

@@ -1,8 +1,14 @@
-// Membership: the static list of cluster nodes and which of them answer. A background thread
-// PINGs every peer each interval with a deadline; a peer that misses `misses_to_down` pings in a
-// row is down (it leaves the placement ranking for new writes), and the first answered ping
-// brings it back up. Peers start up, so a freshly started cluster places data at once and a dead
-// peer is found within misses_to_down intervals.
+// Membership on etcd leases (docs/cluster.md, "Membership"). A node registers its id, address,
+// capacity and state under a lease it renews every TTL/3; a node whose lease expires is down and
+// its key vanishes. Every node watches the member keys (and the operators' drain marks), so
+// nodes join and leave without config edits or restarts.
+//
+// Registration refuses a node id that a live node with another address holds (EEXIST); the
+// same address means a previous run of this node that died, whose key is taken over.
+//
+// The renewal loop is also how a node knows whether it can reach etcd: while renewals fail it
+// reports etcd unreachable (the cluster store then refuses namespace changes), and when etcd
+// answers again after the lease expired it registers anew.
 #pragma once
 
 #include <atomic>
@@ -12,64 +18,81 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "kvfs/transport.h"
-#include "rendezvous_placement.h"
+#include "cluster_layout.h"
+#include "kvfs/etcd.h"
+#include "kvfs/status.h"
+#include "namespace_keys.h"
 
 namespace kvfs::cluster {
 
-struct NodeInfo {
+struct MemberInfo {
   NodeId id = 0;
-  PeerAddress address;
+  std::string address;  // HOST:PORT of its peer server
+  uint64_t capacity_bytes = 0, used_bytes = 0;
+  bool draining = false;  // an operator's drain mark (x/ key)
+  bool drained = false;   // the node says every chunk it holds has R copies elsewhere
 };
 
 struct MembershipOptions {
-  std::chrono::milliseconds ping_interval{1000};
-  std::chrono::milliseconds ping_timeout{1000};
-  int misses_to_down = 3;
-  ClientOptions client;  // secret, timeouts, connections for every PeerClient
+  NodeId self = 0;
+  std::string address;
+  std::chrono::seconds ttl{5};
+  // Capacity and usage to publish (called every few seconds from the renewal thread).
+  std::function<std::pair<uint64_t, uint64_t>()> usage;
 };
 
 class Membership {
  public:
-  // `nodes` may include `self` (it is skipped: the local node is always up). Node ids must be
-  // unique and non-zero. Starts no thread; call Start().
-  static Result<std::unique_ptr<Membership>> Create(NodeId self, const std::vector<NodeInfo>& nodes,
-                                                    MembershipOptions options);
+  // Registers and starts renewing and watching. `on_change` is called (from the watch thread,
+  // no lock held) whenever the member set or a drain mark changes.
+  static Result<std::unique_ptr<Membership>> Start(etcd::Client* etcd, const NamespaceKeys* keys,
+                                                   MembershipOptions options,
+                                                   std::function<void()> on_change);
   ~Membership();
+  // Stops the threads and revokes the lease, so the others see this node leave at once.
+  void Leave();
 
-  void Start();
-  void Stop();  // idempotent; joins the pinger
-  // One round of pings (what the thread does each interval), for tests and for Start.
-  void PingOnce();
-  // Called (from the pinger thread) when a peer goes from down to up. Set before Start().
-  void SetOnUp(std::function<void(NodeId)> fn) { on_up_ = std::move(fn); }
-
-  NodeId self() const { return self_; }
-  std::vector<NodeId> AllNodes() const;   // self included, ascending
-  std::vector<NodeId> LiveNodes() const;  // self included, ascending
-  bool IsUp(NodeId id) const;
-  PeerClient* Client(NodeId id) const;  // null for self and unknown ids
+  std::vector<MemberInfo> Members() const;  // live members (this node included), by id
+  std::optional<MemberInfo> Find(NodeId id) const;
+  bool IsLive(NodeId id) const;
+  bool IsDraining(NodeId id) const;
+  // Live, not draining: where new copies may go.
+  std::vector<NodeId> PlacementTargets() const;
+  bool etcd_reachable() const { return reachable_.load(); }
+  void SetDrained(bool drained);
 
  private:
-  struct Peer {
-    std::unique_ptr<PeerClient> client;
-    std::atomic<bool> up{true};
-    int misses = 0;  // pinger thread only
-  };
-  Membership(NodeId self, MembershipOptions options) : self_(self), options_(std::move(options)) {}
-  void Run();
+  Membership(etcd::Client* etcd, const NamespaceKeys* keys, MembershipOptions options,
+             std::function<void()> on_change)
+      : etcd_(etcd), keys_(keys), options_(std::move(options)), on_change_(std::move(on_change)) {}
+  Status Register();
+  std::string SelfValue() const;
+  void RenewLoop();
+  void WatchLoop();
+  Status Reload(int64_t* revision);  // re-reads every member and drain key
+  void ApplyEvent(const etcd::Event& ev);
 
-  const NodeId self_;
+  etcd::Client* const etcd_;
+  const NamespaceKeys* const keys_;
   const MembershipOptions options_;
-  std::map<NodeId, std::unique_ptr<Peer>> peers_;  // fixed after Create
-  std::function<void(NodeId)> on_up_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  const std::function<void()> on_change_;
+
+  std::atomic<int64_t> lease_{0};
+  std::atomic<bool> reachable_{true};
+  std::atomic<bool> drained_{false};
+  std::atomic<bool> stop_{false};
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  std::thread renew_, watch_;
+
+  mutable std::mutex mu_;
+  std::map<NodeId, MemberInfo> members_;  // from m/ keys
+  std::map<NodeId, bool> drains_;         // from x/ keys
 };
 
 }  // namespace kvfs::cluster

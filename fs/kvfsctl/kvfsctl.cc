@@ -17,9 +17,9 @@
 #include <sstream>
 #include <string>
 
+#include "json_text.h"
 #include "kvfs/size.h"
 #include "kvfs/version.h"
-#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {
@@ -95,11 +95,11 @@ void PrintStatus(const nlohmann::json& s) {
               static_cast<unsigned long long>(U(s, "files")),
               static_cast<unsigned long long>(U(s, "objects")),
               FormatSize(U(s, "logical_bytes")).c_str());
-  std::printf("  hit rate      %.1f%% (%llu hits: files opened to read, %llu misses: names "
-              "not found)\n",
-              hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses)
-                            : 0.0,
-              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses));
+  std::printf(
+      "  hit rate      %.1f%% (%llu hits: files opened to read, %llu misses: names "
+      "not found)\n",
+      hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0,
+      static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses));
   std::printf("  lookups       %llu reached kvfs (%llu found, %llu not found)\n",
               static_cast<unsigned long long>(U(s, "lookups")),
               static_cast<unsigned long long>(U(s, "lookup_hits")),
@@ -179,6 +179,7 @@ int Stat(const std::string& path, bool json) {
 }  // namespace
 
 int Nodes(const std::string& root, bool json);                // kvfsctl/nodes.cc
+int Drain(const std::string& root, bool drain, int node);     // kvfsctl/nodes.cc
 int Where(const std::vector<std::string>& paths, bool json);  // kvfsctl/where.cc
 
 }  // namespace kvfs::fs
@@ -222,6 +223,18 @@ int main(int argc, char** argv) {
   nodes->add_option("MOUNTPOINT", nodes_mount, "a kvfs mount point (or any path in it)")
       ->required();
   nodes->add_flag("--json", nodes_json, "print the raw JSON");
+  std::string drain_mount;
+  int drain_node = 0;
+  std::vector<CLI::App*> drain_cmds;
+  for (const char* verb : {"drain", "undrain"}) {
+    auto* cmd = app.add_subcommand(verb, std::string(verb) == "drain"
+                                             ? "move a node's copies elsewhere before removing it"
+                                             : "let a drained node take copies again");
+    cmd->add_option("MOUNTPOINT", drain_mount, "a kvfs mount point of the cluster")->required();
+    cmd->add_option("--node", drain_node, "the node (default: the mounted one)")
+        ->check(CLI::Range(0, 65535));
+    drain_cmds.push_back(cmd);
+  }
   std::vector<std::string> where_paths;
   bool where_json = false;
   auto* where = app.add_subcommand("where", "which nodes hold each file's chunk");
@@ -264,6 +277,9 @@ int main(int argc, char** argv) {
   try {
     if (status->parsed()) return Status(mountpoint, status_json);
     if (nodes->parsed()) return Nodes(MountRootOf(nodes_mount), nodes_json);
+    for (auto* cmd : drain_cmds)
+      if (cmd->parsed())
+        return Drain(MountRootOf(drain_mount), cmd->get_name() == "drain", drain_node);
     if (where->parsed()) {
       for (const auto& p : where_paths) MountRootOf(p);  // exit 2 before any work
       return Where(where_paths, where_json);

@@ -1,7 +1,11 @@
 // kvfsctl nodes MOUNTPOINT: the cluster as the mounted node sees it, from MOUNTPOINT/.kvfs/nodes
-// (one row per node: id, address, state, capacity, usage and the peer traffic counters).
-// Exit status: 0 when every node is this one or up, 1 when a node is down (a problem an
-// operator should look at) or the file cannot be read. A single-node mount lists itself.
+// (what etcd says: one row per node with id, address, state, capacity, usage and this node's
+// requests to it; the etcd endpoints, the namespace revision applied here and the repair this
+// node leads). Exit status: 0 when every node is this one, up or draining, 1 when a node is
+// down (a problem an operator should look at), etcd is unreachable, or the file cannot be read.
+// A single-node mount lists itself.
+//
+// kvfsctl drain|undrain MOUNTPOINT [--node N]: writes "drain N" to MOUNTPOINT/.kvfs/ctl.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "kvfs/size.h"
 #include "json_text.h"
+#include "kvfs/size.h"
 
 namespace kvfs::fs {
 namespace {
@@ -26,18 +30,15 @@ std::string Text(const nlohmann::json& j, const char* key) {
   return JsonText(j[key]);
 }
 
-// "sent/received" pairs keep the table narrow; both directions matter when chasing traffic.
-std::string Pair(const nlohmann::json& n, const char* a, const char* b) {
-  return std::to_string(Count(n, a)) + "/" + std::to_string(Count(n, b));
-}
+std::string Text(const nlohmann::json& j);
 
 void PrintTable(const nlohmann::json& doc) {
   const auto& nodes = doc.value("nodes", nlohmann::json::array());
   std::printf("node %s, %zu node%s, replicas %s, transport %s\n", Text(doc, "self").c_str(),
               nodes.size(), nodes.size() == 1 ? "" : "s", Text(doc, "replicas").c_str(),
               Text(doc, "transport").c_str());
-  std::printf("%-5s %-22s %-5s %10s %10s %6s %13s %13s %13s\n", "ID", "ADDRESS", "STATE",
-              "CAPACITY", "USED", "USE%", "GETS out/in", "PUTS out/in", "PUSHES out/in");
+  std::printf("%-5s %-22s %-8s %10s %10s %6s %10s %10s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
+              "USED", "USE%", "GETS sent", "PUTS sent");
   for (const auto& n : nodes) {
     const uint64_t cap = Count(n, "capacity_bytes"), used = Count(n, "used_bytes");
     char pct[16] = "-";
@@ -47,13 +48,30 @@ void PrintTable(const nlohmann::json& doc) {
     }
     std::string address = Text(n, "address");
     if (address.empty()) address = "-";
-    std::printf("%-5s %-22s %-5s %10s %10s %6s %13s %13s %13s\n", Text(n, "id").c_str(),
+    std::printf("%-5s %-22s %-8s %10s %10s %6s %10llu %10llu\n", Text(n, "id").c_str(),
                 address.c_str(), Text(n, "state").c_str(), cap ? FormatSize(cap).c_str() : "-",
                 cap ? FormatSize(used).c_str() : "-", pct,
-                Pair(n, "gets_sent", "gets_served").c_str(),
-                Pair(n, "puts_sent", "puts_received").c_str(),
-                Pair(n, "pushes_sent", "pushes_received").c_str());
+                static_cast<unsigned long long>(Count(n, "gets_sent")),
+                static_cast<unsigned long long>(Count(n, "puts_sent")));
   }
+  if (doc.contains("etcd") && doc["etcd"].is_array() && !doc["etcd"].empty()) {
+    std::string endpoints;
+    for (const auto& e : doc["etcd"]) endpoints += (endpoints.empty() ? "" : ",") + Text(e);
+    std::printf("etcd %s (%s), namespace revision %s\n", endpoints.c_str(),
+                doc.value("etcd_reachable", false) ? "reachable" : "UNREACHABLE",
+                Text(doc, "revision").c_str());
+    const auto& r = doc.value("repair", nlohmann::json::object());
+    std::printf("repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s\n",
+                static_cast<unsigned long long>(Count(r, "pending")),
+                static_cast<unsigned long long>(Count(r, "repaired_chunks")),
+                FormatSize(Count(r, "repaired_bytes")).c_str(),
+                static_cast<unsigned long long>(Count(r, "failures")),
+                FormatSize(Count(r, "bandwidth")).c_str());
+  }
+}
+
+std::string Text(const nlohmann::json& j) {
+  return j.is_string() ? j.get<std::string>() : JsonText(j);
 }
 
 }  // namespace
@@ -81,9 +99,13 @@ int Nodes(const std::string& root, bool json) {
   else
     PrintTable(doc);
   int down = 0;
+  if (!doc.value("etcd_reachable", true)) {
+    ++down;
+    if (!json) std::fprintf(stderr, "kvfsctl nodes: etcd is unreachable from this node\n");
+  }
   for (const auto& n : doc["nodes"]) {
     const std::string state = n.value("state", std::string());
-    if (state != "self" && state != "up") {
+    if (state != "self" && state != "up" && state != "draining" && state != "drained") {
       ++down;
       if (!json)
         std::fprintf(stderr, "kvfsctl nodes: node %s is %s\n", Text(n, "id").c_str(),
@@ -91,6 +113,31 @@ int Nodes(const std::string& root, bool json) {
     }
   }
   return down == 0 ? 0 : 1;
+}
+
+int Drain(const std::string& root, bool drain, int node) {
+  const std::string file = root + "/.kvfs/ctl";
+  std::FILE* f = std::fopen(file.c_str(), "r+");
+  if (!f) {
+    std::fprintf(stderr, "kvfsctl: cannot open %s: %s\n", file.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const std::string cmd = std::string(drain ? "drain" : "undrain") + " " + std::to_string(node);
+  std::fputs(cmd.c_str(), f);
+  std::fflush(f);
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const auto reply = nlohmann::json::parse(std::string(buf, n), nullptr, false);
+  if (reply.is_discarded() || !reply.value("ok", false)) {
+    std::fprintf(stderr, "kvfsctl %s: %s\n", drain ? "drain" : "undrain",
+                 reply.is_discarded() ? "no reply" : reply.value("error", "failed").c_str());
+    return 1;
+  }
+  std::printf("node %s %s\n", node == 0 ? "(this one)" : std::to_string(node).c_str(),
+              drain ? "draining: no new copies go there, its chunks are copied elsewhere"
+                    : "takes copies again");
+  return 0;
 }
 
 }  // namespace kvfs::fs

@@ -16,11 +16,42 @@
 
 namespace kvfs {
 
-// A batch of namespace changes persisted atomically (one journal record): e.g. a rename over an
-// existing file is {put(moved), remove(replaced)}.
+// One name that changes hands in a batch: (parent, name) was held by `from` and is held by `to`
+// afterwards (kInvalidId: free before / gone after). A local engine ignores these (its records
+// carry their names); a shared namespace (the cluster) checks and moves its name index by them.
+struct NameChange {
+  uint64_t parent = 0;
+  std::string name;
+  ObjectId from = kInvalidId;
+  ObjectId to = kInvalidId;
+};
+
+// A batch of namespace changes persisted atomically (one journal record, one etcd transaction):
+// e.g. a rename over an existing file is {put(moved), remove(replaced)}.
 struct MetaBatch {
   std::vector<ObjectRecord> puts;  // insert or replace by id (the full record)
   std::vector<ObjectId> removes;   // drop the record; its layout is freed when unreferenced
+  // For a shared namespace, which refuses changes based on an old version of an object: the
+  // ObjectRecord::revision each remove was based on, parallel to `removes` (a missing entry
+  // means "whatever it is now").
+  std::vector<uint64_t> remove_revisions;
+  std::vector<NameChange> names;  // every name that changes hands (see NameChange)
+  // The names this batch takes must be free (mkdir, O_EXCL, link, RENAME_NOREPLACE): a shared
+  // store answers EEXIST when another node took one meanwhile. Without it, a name another node
+  // published meanwhile is taken over (last writer wins, as a rename over it would).
+  bool exclusive = false;
+};
+
+// What a batch became once committed (ChunkStore::AwaitCommitted).
+struct Committed {
+  uint64_t revision = 0;  // the revision of every put of the batch (0: an unversioned store)
+  // Puts whose layout the store replaced by its own (the cluster's chunk reference for a
+  // freshly written local layout): id, the layout given, the layout to hold instead.
+  struct NewLayout {
+    ObjectId id;
+    LayoutRef from, to;
+  };
+  std::vector<NewLayout> layouts;
 };
 
 // Staging for one new version of one file. Private to its writer until Finish() returns a
@@ -73,9 +104,9 @@ struct StoreStats {
   std::vector<std::string> recovery_notes;
 };
 
-// Told about records the store removed on its own (not through Apply), so the fs layer can
-// drop the names from its namespace and the kernel's caches. Called without store locks held,
-// from whichever thread noticed; must not call back into the store synchronously with Apply.
+// Told about changes the fs did not ask for: records the store removed on its own, changes it
+// undid, and (in a cluster) changes other nodes made. Called without store locks held; must not
+// call back into the store synchronously with Apply.
 class StoreListener {
  public:
   virtual ~StoreListener() = default;
@@ -84,10 +115,48 @@ class StoreListener {
   // The bounded cache evicted the record (or Evict() was called); the removal is journaled.
   // Called from the thread whose Apply, write or Evict made room.
   virtual void OnEvicted(ObjectId /*id*/) {}
-  // A journal write failed: the store undid a change it had accepted but never made durable and
-  // is read-only from now on. `record` is the durable record of `id` again, or null when the id
-  // has no record on disk. Called from the committer thread, oldest state last.
+  // The store's state of `id` is `record` (null: it has none), not what the fs last gave it:
+  // a journal write failed and the store undid a change it never made durable (it is read-only
+  // from then on), or a shared store refused a batch and this is what it holds now. Calls for
+  // one id come oldest state last; each forces the id to the state given.
   virtual void OnRolledBack(ObjectId /*id*/, const ObjectRecord* /*record*/) {}
+  // Changes another node made (a shared namespace), one commit at a time in commit order: the
+  // records put (with their names) and the ids removed, to apply as one step.
+  virtual void OnRemoteChanges(const std::vector<ObjectRecord>& /*puts*/,
+                               const std::vector<ObjectId>& /*removes*/) {}
+  // The shared namespace was re-read at `revision` (the watch fell behind etcd's compaction):
+  // `present` (sorted) is every id it holds. Committed records older than `revision` that are
+  // not in it are gone; the present ones arrived through OnRemoteChanges just before.
+  virtual void OnRemoteResync(const std::vector<ObjectId>& /*present*/, uint64_t /*revision*/) {}
+};
+
+// How the daemon and kvfsctl see the nodes of a cluster (.kvfs/nodes, kvfsctl nodes). A single
+// node describes itself as node 0.
+struct NodeView {
+  uint16_t id = 0;
+  std::string address;
+  // "self", "up", "draining", "down" (known from a holder list only); self may be "draining"
+  std::string state;
+  uint64_t capacity_bytes = 0, used_bytes = 0;
+  uint64_t gets_sent = 0, puts_sent = 0;  // this node's requests to it (peers only)
+};
+struct ClusterView {
+  uint16_t self = 0;
+  uint32_t replicas = 1;
+  std::string transport = "none";
+  std::vector<std::string> etcd;  // endpoints; empty for a single node
+  bool etcd_reachable = true;
+  int64_t revision = 0;  // the namespace revision this node has applied
+  std::vector<NodeView> nodes;
+  // Re-replication this node leads (chunks it holds whose live copies are fewer than R).
+  uint64_t repair_pending = 0, repaired_chunks = 0, repaired_bytes = 0, repair_failures = 0;
+  uint64_t repair_bandwidth = 0;  // bytes per second, the cap
+};
+// Where one file's data is (user.kvfs.location, kvfsctl where).
+struct PlacementView {
+  uint64_t chunk = 0;             // 0 for files without data
+  std::vector<uint16_t> holders;  // nodes holding a copy, as the namespace lists them
+  bool local = false;             // this node holds a copy now
 };
 
 class ChunkStore {
@@ -97,6 +166,15 @@ class ChunkStore {
   // The records recovered at open (every journaled object except the root), for building the
   // namespace. Called once at mount.
   virtual std::vector<ObjectRecord> Records() const = 0;
+  // The same records one by one, so a namespace of millions of names is never held twice
+  // (the cluster streams them from etcd in pages).
+  virtual Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn) {
+    for (ObjectRecord& rec : Records()) fn(std::move(rec));
+    return Status::Ok();
+  }
+  // True when other nodes change the same namespace (the cluster): the fs then commits an
+  // O_EXCL create at once, so that the name is taken everywhere before open returns.
+  virtual bool SharedNamespace() const { return false; }
   // A fresh object id, never handed out before (persisted across restarts).
   virtual ObjectId NewId() = 0;
   // Persists a batch atomically. With durability=close it returns once the batch is on stable
@@ -113,6 +191,12 @@ class ChunkStore {
     return uint64_t{0};
   }
   virtual Status AwaitDurable(uint64_t /*token*/) { return Status::Ok(); }
+  // AwaitDurable, and what the batch became: the revision its puts now have and the layouts the
+  // store replaced (see Committed). The fs waits with this.
+  virtual Result<Committed> AwaitCommitted(uint64_t token) {
+    KVFS_RETURN_IF_ERROR(AwaitDurable(token));
+    return Committed{};
+  }
 
   // A writer for a new version. `base` (may be null) is the content it starts from: the
   // published version for an overwrite without O_TRUNC, null for a new or truncated file.
@@ -144,6 +228,30 @@ class ChunkStore {
   }
 
   virtual StoreStats Stats() const = 0;
+  // The cluster as this node sees it; a single node describes itself (see ClusterView).
+  virtual ClusterView Cluster() const {
+    ClusterView v;
+    NodeView self;
+    self.state = "self";
+    const StoreStats s = Stats();
+    self.capacity_bytes = s.capacity_bytes;
+    self.used_bytes = s.used_bytes;
+    v.nodes.push_back(self);
+    return v;
+  }
+  // Where a file's data is; a single node holds everything itself.
+  virtual PlacementView Placement(const LayoutRef& layout) const {
+    PlacementView p;
+    p.local = true;
+    p.holders.push_back(0);
+    (void)layout;
+    return p;
+  }
+  // Marks a node (0: this one) as draining: no new copies go there, and its chunks are copied
+  // elsewhere until each has R copies without it. EOPNOTSUPP on a single node.
+  virtual Status SetDraining(uint16_t /*node*/, bool /*draining*/) {
+    return Status::Error(EOPNOTSUPP, "not a cluster node");
+  }
   // Flushes the journal and writes a checkpoint (clean shutdown, kvfsctl).
   virtual Status Sync() = 0;
 };

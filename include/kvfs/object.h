@@ -100,6 +100,10 @@ struct ObjectRecord {
   uint64_t rdev = 0;                    // kCharDevice and kBlockDevice: the device number
   // Hard links: names beyond (parent, name), which is always the first one. Never directories.
   std::vector<Link> extra_links;
+  // The store's version of this record (the cluster: the etcd revision that wrote it), 0 for a
+  // record never committed. Opaque to the fs, which hands it back unchanged in the batches it
+  // builds, so a shared store can refuse a change based on an older version (Status::Conflict).
+  uint64_t revision = 0;
 
   uint32_t nlink() const { return 1 + static_cast<uint32_t>(extra_links.size()); }
 

@@ -23,22 +23,25 @@ class [[nodiscard]] Status {
   // Stored bytes that are not what was written (a checksum mismatch, an undecodable
   // segment): EIO to the application, and IsCorruption() for the code that must drop them.
   // A failed device read is a plain IoError: it may be transient.
-  static Status Corruption(std::string m) {
-    Status st(EIO, std::move(m));
-    st.corruption_ = true;
-    return st;
-  }
+  static Status Corruption(std::string m) { return Status(EIO, std::move(m), Kind::kCorruption); }
+  // A shared store (the cluster) refused a change because what it was based on changed
+  // meanwhile (another node changed or removed an object of the batch): the caller's view has
+  // been brought up to date and the operation may be tried again. EAGAIN when it gives up.
+  static Status Conflict(std::string m) { return Status(EAGAIN, std::move(m), Kind::kConflict); }
 
   bool ok() const { return err_ == 0; }
   int err() const { return err_; }  // positive errno; 0 when ok
-  bool IsCorruption() const { return corruption_; }
+  bool IsCorruption() const { return kind_ == Kind::kCorruption; }
+  bool IsConflict() const { return kind_ == Kind::kConflict; }
   const std::string& message() const { return message_; }
   std::string ToString() const;
 
  private:
-  Status(int err, std::string message) : err_(err <= 0 ? EIO : err), message_(std::move(message)) {}
+  enum class Kind : uint8_t { kPlain, kCorruption, kConflict };
+  Status(int err, std::string message, Kind kind = Kind::kPlain)
+      : err_(err <= 0 ? EIO : err), kind_(kind), message_(std::move(message)) {}
   int err_ = 0;
-  bool corruption_ = false;
+  Kind kind_ = Kind::kPlain;
   std::string message_;
 };
 
@@ -70,7 +73,7 @@ class [[nodiscard]] Result {
 
 inline std::string Status::ToString() const {
   if (ok()) return "OK";
-  const std::string what = (corruption_ ? "corruption: " : "") + message_;
+  const std::string what = (IsCorruption() ? "corruption: " : "") + message_;
   return what.empty() ? ("errno " + std::to_string(err_))
                       : (what + " (errno " + std::to_string(err_) + ")");
 }

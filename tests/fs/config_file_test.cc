@@ -69,19 +69,17 @@ low_watermark = 0.5
 [node]
 id = 3
 listen = "127.0.0.2:7400"
+advertise = "10.0.0.2:7400"
 [cluster]
+etcd = ["http://127.0.0.1:2379", "https://etcd-2.example:2379"]
+etcd_prefix = "/kvfs-a/"
 replicas = 1
 secret_file = ")" + secret_ + R"("
 transport = "tcp"
 request_timeout_ms = 250
-ping_interval_ms = 100
+lease_ttl_s = 7
+repair_bandwidth = "64M"
 keep_local_copy = false
-[[cluster.peers]]
-id = 1
-address = "127.0.0.3:7401"
-[[cluster.peers]]
-id = 2
-address = "[::1]:7402"
 )")});
   ASSERT_TRUE(p.options) << p.message;
   const MountOptions& o = *p.options;
@@ -99,17 +97,17 @@ address = "[::1]:7402"
   EXPECT_TRUE(o.cluster.enabled());
   EXPECT_EQ(o.cluster.node_id, 3);
   EXPECT_EQ(o.cluster.listen, "127.0.0.2:7400");
+  EXPECT_EQ(o.cluster.advertise, "10.0.0.2:7400");
+  EXPECT_EQ(o.cluster.etcd,
+            (std::vector<std::string>{"http://127.0.0.1:2379", "https://etcd-2.example:2379"}));
+  EXPECT_EQ(o.cluster.etcd_prefix, "/kvfs-a/");
   EXPECT_EQ(o.cluster.replicas, 1u);
   EXPECT_EQ(o.cluster.secret_file, secret_);
   EXPECT_EQ(o.cluster.transport, "tcp");
   EXPECT_EQ(o.cluster.request_timeout_ms, 250u);
-  EXPECT_EQ(o.cluster.ping_interval_ms, 100u);
+  EXPECT_EQ(o.cluster.lease_ttl_s, 7u);
+  EXPECT_EQ(o.cluster.repair_bandwidth, 64ull << 20);
   EXPECT_FALSE(o.cluster.keep_local_copy);
-  ASSERT_EQ(o.cluster.peers.size(), 2u);
-  EXPECT_EQ(o.cluster.peers[0].id, 1);
-  EXPECT_EQ(o.cluster.peers[0].host, "127.0.0.3");
-  EXPECT_EQ(o.cluster.peers[0].port, 7401);
-  EXPECT_EQ(o.cluster.peers[1].host, "::1");
 }
 
 TEST_F(ConfigFileTest, FlagsOverrideTheFile) {
@@ -121,17 +119,31 @@ durability = "async"
 id = 3
 listen = "127.0.0.2:7400"
 [cluster]
+etcd = ["http://127.0.0.1:2379"]
 replicas = 1
 secret_file = ")" + secret_ +
                             R"("
-[[cluster.peers]]
-id = 1
-address = "127.0.0.3:7401"
 )");
-  auto p = Parse({"-o", "config=" + path + ",allow_other", "--capacity", "1G", "--node-id", "5",
-                  "--listen", "127.0.0.4:7500", "--peer", "6=127.0.0.5:7501", "--peer",
-                  "7=127.0.0.6:7502", "--replicas", "2", "--transport", "auto", "--request-timeout",
-                  "300"});
+  auto p = Parse({"-o",
+                  "config=" + path + ",allow_other",
+                  "--capacity",
+                  "1G",
+                  "--node-id",
+                  "5",
+                  "--listen",
+                  "127.0.0.4:7500",
+                  "--etcd",
+                  "http://127.0.0.7:2379,http://127.0.0.8:2379",
+                  "--replicas",
+                  "2",
+                  "--transport",
+                  "auto",
+                  "--request-timeout",
+                  "300",
+                  "--lease-ttl",
+                  "3",
+                  "--repair-bandwidth",
+                  "10M"});
   ASSERT_TRUE(p.options) << p.message;
   const MountOptions& o = *p.options;
   EXPECT_EQ(o.config_file, path);
@@ -140,12 +152,13 @@ address = "127.0.0.3:7401"
   EXPECT_EQ(o.durability, Durability::kAsync);  // from the file: no flag given
   EXPECT_EQ(o.cluster.node_id, 5);
   EXPECT_EQ(o.cluster.listen, "127.0.0.4:7500");
-  ASSERT_EQ(o.cluster.peers.size(), 2u);  // --peer replaces the file's list
-  EXPECT_EQ(o.cluster.peers[0].id, 6);
-  EXPECT_EQ(o.cluster.peers[1].port, 7502);
+  EXPECT_EQ(o.cluster.etcd,  // --etcd replaces the file's list
+            (std::vector<std::string>{"http://127.0.0.7:2379", "http://127.0.0.8:2379"}));
   EXPECT_EQ(o.cluster.replicas, 2u);
   EXPECT_EQ(o.cluster.transport, "auto");
   EXPECT_EQ(o.cluster.request_timeout_ms, 300u);
+  EXPECT_EQ(o.cluster.lease_ttl_s, 3u);
+  EXPECT_EQ(o.cluster.repair_bandwidth, 10ull << 20);
 }
 
 TEST_F(ConfigFileTest, SingleNodeNeedsNoConfig) {
@@ -176,9 +189,9 @@ TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
   ExpectBad("[node]\nid = 1\nlisten = \"300.1.1.1:7400\"\n", "node.listen");
   ExpectBad("[cluster]\ntransport = \"udp\"\n", "cluster.transport");
   ExpectBad("[cluster]\nreplicas = 0\n", "cluster.replicas");
-  ExpectBad("[[cluster.peers]]\nid = 2\n", "needs both id and address");
-  ExpectBad("[[cluster.peers]]\nid = 2\naddress = \"127.0.0.3:7400\"\nport = 1\n",
-            "cluster.peers[0].port: unknown key");
+  // Static peer lists are gone: membership comes from etcd.
+  ExpectBad("[[cluster.peers]]\nid = 2\n", "cluster.peers: unknown key");
+  ExpectBad("[[peer]]\nid = 2\naddress = \"127.0.0.3:7400\"\n", "peer: unknown key");
   ExpectBad("[storage\ncapacity = 1\n", "config");  // TOML syntax error
   auto missing = Parse({"--config", dir_ + "/no-such.toml"});
   EXPECT_EQ(missing.exit_code, 2);
@@ -187,51 +200,64 @@ TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
 
 TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
   const std::string s = "\"" + secret_ + "\"";
-  // Duplicate ids (also a peer with the node's own id) and duplicate addresses.
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
-                "\n[[peer]]\nid = 2\naddress = \"127.0.0.3:7400\"\n"
-                "[[peer]]\nid = 2\naddress = \"127.0.0.4:7400\"\n",
-            "duplicate node id 2");
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
-                "\n[[peer]]\nid = 1\naddress = \"127.0.0.3:7400\"\n",
-            "duplicate node id 1");
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s +
-                "\n[[peer]]\nid = 2\naddress = \"127.0.0.2:7400\"\n",
-            "duplicate node address");
-  // No node id, no secret, missing, empty or too short secret file.
-  ExpectBad("[node]\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = " + s + "\n", "node id");
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n", "secret");
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = \"" + dir_ +
-                "/nope\"\n",
+  const std::string etcd = "etcd = [\"http://127.0.0.1:2379\"]\n";
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2\"\n", "node.listen");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:99999\"\n", "node.listen");
+  ExpectBad("[node]\nid = 1\nlisten = \"300.1.1.1:7400\"\n", "node.listen");
+  ExpectBad("[cluster]\netcd = \"http://127.0.0.1:2379\"\n", "cluster.etcd");
+  ExpectBad("[cluster]\netcd = [\"127.0.0.1:2379\"]\n", "cluster.etcd");
+  ExpectBad("[cluster]\netcd = [\"http://127.0.0.1\"]\n", "cluster.etcd");
+  ExpectBad("[cluster]\netcd = []\n", "cluster.etcd");
+  ExpectBad("[cluster]\nlease_ttl_s = 1\n", "cluster.lease_ttl_s");
+  ExpectBad("[cluster]\nrepair_bandwidth = \"1K\"\n", "cluster.repair_bandwidth");
+  ExpectBad("[[cluster.peers]]\nid = 2\naddress = \"127.0.0.3:7400\"\n", "cluster.peers");
+  // Cluster keys without etcd: not a cluster, and not silently a single node either.
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n", "etcd");
+  // With etcd: a node id, a listen address and a readable secret are required.
+  ExpectBad("[node]\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd + "secret_file = " + s + "\n",
+            "node id");
+  ExpectBad("[node]\nid = 1\n[cluster]\n" + etcd + "secret_file = " + s + "\n", "--listen");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd, "secret");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd + "secret_file = \"" +
+                dir_ + "/missing\"\n",
             "secret file");
-  Write(dir_ + "/empty", "");
-  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\nsecret_file = \"" + dir_ +
-                "/empty\"\n",
-            "secret");
-  // Flags are checked the same way.
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd +
+                "secret_file = " + s + "\netcd_cert = \"" + secret_ + "\"\n",
+            "certificate and its key");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd +
+                "secret_file = " + s + "\netcd_ca = \"" + dir_ + "/no-ca.pem\"\n",
+            "no-ca.pem");
+  // The same through flags.
   EXPECT_EQ(Parse({"--listen", "127.0.0.2:7400", "--node-id", "1"}).exit_code, 2);
-  EXPECT_EQ(Parse({"--listen", "127.0.0.2", "--node-id", "1", "--secret-file", secret_}).exit_code,
+  EXPECT_EQ(Parse({"--etcd", "http://127.0.0.1:2379", "--listen", "127.0.0.2", "--node-id", "1",
+                   "--secret-file", secret_})
+                .exit_code,
             2);
-  EXPECT_EQ(
-      Parse({"--peer", "x=127.0.0.2:1", "--node-id", "1", "--secret-file", secret_}).exit_code, 2);
-  EXPECT_EQ(
-      Parse({"--peer", "2=127.0.0.2:0", "--node-id", "1", "--secret-file", secret_}).exit_code, 2);
-  EXPECT_EQ(
-      Parse({"--node-id", "0", "--listen", "127.0.0.2:1", "--secret-file", secret_}).exit_code, 2);
-  EXPECT_EQ(Parse({"--transport", "udp"}).exit_code, 2);
-  auto ok = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--peer", "2=127.0.0.3:7400",
-                   "--secret-file", secret_, "--transport", "tcp"});
+  EXPECT_EQ(Parse({"--etcd", "ftp://127.0.0.1:2379", "--listen", "127.0.0.2:1", "--node-id", "1",
+                   "--secret-file", secret_})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--etcd", "http://127.0.0.1:2379,", "--listen", "127.0.0.2:1", "--node-id", "1",
+                   "--secret-file", secret_})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "0", "--listen", "127.0.0.2:1",
+                   "--secret-file", secret_})
+                .exit_code,
+            2);
+  auto ok = Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
+                   "127.0.0.2:7400", "--secret-file", secret_});
   EXPECT_TRUE(ok.options) << ok.message;
 }
 
 TEST_F(ConfigFileTest, RdmaWithoutADeviceIsAnErrorAutoFallsBack) {
   if (RdmaDeviceAvailable()) GTEST_SKIP() << "this host has an RDMA device";
-  auto rdma = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--secret-file", secret_,
-                     "--transport", "rdma"});
+  auto rdma = Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
+                     "127.0.0.2:7400", "--secret-file", secret_, "--transport", "rdma"});
   EXPECT_EQ(rdma.exit_code, 2);
   EXPECT_NE(rdma.message.find("no RDMA device"), std::string::npos) << rdma.message;
-  auto any = Parse({"--node-id", "1", "--listen", "127.0.0.2:7400", "--secret-file", secret_,
-                    "--transport", "auto"});
+  auto any = Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
+                    "127.0.0.2:7400", "--secret-file", secret_, "--transport", "auto"});
   EXPECT_TRUE(any.options) << any.message;
 }
 

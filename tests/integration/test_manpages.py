@@ -46,7 +46,7 @@ class ManPages(unittest.TestCase):
     def test_kvfs_conf_5(self):
         self.check_page("kvfs.conf.5", ["[storage]", "data_dir", "capacity", "devices",
                                         "durability", "compress", "segment_size", "[node]",
-                                        "[[peer]]", "replicas", "secret_file", "transport",
+                                        "etcd", "lease_ttl_s", "replicas", "secret_file", "transport",
                                         "not yet implemented"])
 
     def _binary_options_documented(self, binary, page):

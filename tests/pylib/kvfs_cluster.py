@@ -1,9 +1,10 @@
 """A kvfs cluster on one machine for tests: n daemons, each with its own mount and data dir.
 
-Python 3 standard library only. Node k (1..n) listens on 127.0.0.(k+1) at a free port and
-names every other node as a peer; all share one secret file (mode 0600) in the cluster's temp
-dir unless a test gives a node a different secret. Each node is a kvfs_testlib.KvfsMount run
-with the cluster flags as extra_args, so logs, PIDs and unmounting work as for one mount.
+Python 3 standard library only. The cluster starts its own etcd (kvfs_etcd.EtcdProcess) on
+loopback; node k (1..n) listens on 127.0.0.(k+1) at a free port and finds the others through
+etcd; all share one secret file (mode 0600) in the cluster's temp dir unless a test gives a
+node a different secret. Each node is a kvfs_testlib.KvfsMount run with the cluster flags as
+extra_args, so logs, PIDs and unmounting work as for one mount.
 
     from kvfs_cluster import KvfsCluster
 
@@ -27,10 +28,12 @@ import sys
 import tempfile
 import time
 
+from kvfs_etcd import EtcdProcess
 from kvfs_testlib import KvfsMount, default_kvfs_bin, default_kvfsctl_bin, write_file_atomic
 
 # Short failure detection so a test sees a killed node as down within a few seconds.
 DEFAULT_REQUEST_TIMEOUT_MS = 1000
+DEFAULT_LEASE_TTL_S = 3
 
 
 def node_host(node_id: int) -> str:
@@ -105,7 +108,7 @@ class KvfsCluster:
                  request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS, transport: str = "tcp",
                  extra_args=(), node_args: dict | None = None, secrets: dict | None = None,
                  kvfs_bin: str | None = None, kvfsctl_bin: str | None = None,
-                 start_nodes=None):
+                 start_nodes=None, lease_ttl_s: int = DEFAULT_LEASE_TTL_S):
         if not 1 <= n <= 8:
             raise ValueError("n must be 1..8")
         self.n = n
@@ -118,10 +121,12 @@ class KvfsCluster:
         self.kvfs_bin = kvfs_bin or default_kvfs_bin()
         self.kvfsctl_bin = kvfsctl_bin or default_kvfsctl_bin()
         self.start_nodes = list(start_nodes) if start_nodes is not None else None
+        self.lease_ttl_s = lease_ttl_s
         parent = os.environ.get("KVFS_TEST_TMPDIR") or None
         if parent:
             os.makedirs(parent, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="kvfs-cluster-", dir=parent)
+        self.etcd = EtcdProcess(self.root)
         self.secret_file = self._write_secret("secret", os.urandom(32).hex().encode())
         self._secret_of = {}
         for node_id, secret in (secrets or {}).items():
@@ -151,10 +156,8 @@ class KvfsCluster:
                 "--replicas", str(self.replicas),
                 "--secret-file", self._secret_of.get(k, self.secret_file),
                 "--transport", self.transport,
-                "--request-timeout", str(self.request_timeout_ms)]
-        for j, peer in self.nodes.items():
-            if j != k:
-                args += ["--peer", f"{j}={peer.address}"]
+                "--request-timeout", str(self.request_timeout_ms),
+                "--etcd", self.etcd.endpoint, "--lease-ttl", str(self.lease_ttl_s)]
         return args + self.extra_args + list(self.node_args.get(k, ()))
 
     def set_secret(self, k: int, secret: bytes | None) -> None:
@@ -178,6 +181,8 @@ class KvfsCluster:
         self.cleanup()
 
     def start(self) -> None:
+        if self.etcd.proc is None:
+            self.etcd.start()
         for k in (self.start_nodes if self.start_nodes is not None else self.nodes):
             self.start_node(k)
 
@@ -198,10 +203,12 @@ class KvfsCluster:
 
     def cleanup(self) -> None:
         try:
+            self.etcd.resume()  # a test may have left it frozen; daemons leave through it
             for node in self.nodes.values():
                 if node.mount is not None:
                     node.mount.cleanup()
         finally:
+            self.etcd.stop()
             shutil.rmtree(self.root, ignore_errors=True)
 
     # -- files --------------------------------------------------------------------------------
@@ -262,8 +269,9 @@ class KvfsCluster:
             return ""
 
     def logs_tail(self, nbytes: int = 2000) -> str:
-        return "\n".join(f"--- node {k} log tail ---\n{n.mount.log_tail(nbytes)}"
-                         for k, n in self.nodes.items())
+        return "\n".join([f"--- node {k} log tail ---\n{n.mount.log_tail(nbytes)}"
+                          for k, n in self.nodes.items()] +
+                         [f"--- etcd log tail ---\n{self.etcd.log_tail(nbytes)}"])
 
 
 _READER = r"""

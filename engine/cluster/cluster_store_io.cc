@@ -1,0 +1,411 @@
+// ClusterStore, the data side: publishing a batch (placing each new chunk on its holders before
+// the transaction), writers, reads through the local copy or the holders, and the peers this
+// node talks to.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+
+#include "cluster_store.h"
+#include "peer_reader.h"
+#include "rendezvous_placement.h"
+#include "repair.h"
+#include "task_pool.h"
+
+namespace kvfs::cluster {
+namespace {
+
+constexpr size_t kMaxGet = 16u << 20;  // one GET of a one-shot Read
+constexpr auto kSuspectFor = std::chrono::seconds(10);
+
+std::string RankKey(uint64_t chunk) {
+  return std::string(reinterpret_cast<const char*>(&chunk), sizeof chunk);
+}
+
+// A fresh local version: an engine layout (not yet a chunk of the cluster).
+bool IsFresh(const ObjectRecord& rec) {
+  return rec.type == ObjectType::kFile && rec.layout && !AsClusterLayout(rec.layout);
+}
+
+TaskPool& FetchPool() {
+  static TaskPool* pool = new TaskPool(8);  // shared by every reader of the process
+  return *pool;
+}
+
+}  // namespace
+
+Status ClusterStore::Apply(const MetaBatch& batch) {
+  KVFS_ASSIGN_OR_RETURN(uint64_t token, Submit(batch));
+  return AwaitCommitted(token).status();
+}
+
+Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
+  if (!membership_->etcd_reachable()) {
+    log_->NoteRefused(in);
+    return Status::Error(EROFS,
+                         "etcd is unreachable: namespace changes are refused until it is back");
+  }
+  MetaBatch batch = in;
+  auto replaced = std::make_shared<std::vector<Committed::NewLayout>>();
+  bool fresh = false;
+  {
+    std::lock_guard lock(mu_);
+    for (ObjectRecord& rec : batch.puts) {
+      if (!IsFresh(rec)) continue;
+      // A version this node published a moment ago, still carried by a batch built before the
+      // fs heard back: that version, not a new one.
+      auto it = published_.find(rec.layout.get());
+      if (it != published_.end() && it->second.first.lock() == rec.layout) {
+        replaced->push_back({rec.id, rec.layout, it->second.second});
+        rec.layout = it->second.second;
+      } else if (rec.layout->size == 0) {
+        replaced->push_back({rec.id, rec.layout, nullptr});
+        rec.layout = nullptr;  // an empty file has no chunk
+      } else {
+        fresh = true;
+      }
+    }
+  }
+  Result<uint64_t> token = Status::Ok();
+  if (!fresh) {
+    token = log_->Submit(std::move(batch));
+  } else {
+    // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
+    // commit; the committer takes this one in its turn, once placed.
+    auto prepared =
+        std::async(std::launch::async, [this, b = std::move(batch), replaced]() mutable {
+          return Prepare(std::move(b), replaced);
+        }).share();
+    token = log_->Submit(prepared);
+  }
+  if (!token.ok()) return token;
+  std::lock_guard lock(mu_);
+  pending_[*token] = PendingCommit{std::move(replaced), in.puts.size(), in.removes.size()};
+  return token;
+}
+
+Result<MetaBatch> ClusterStore::Prepare(MetaBatch batch,
+                                        std::shared_ptr<std::vector<Committed::NewLayout>> out) {
+  for (ObjectRecord& rec : batch.puts) {
+    if (!IsFresh(rec)) continue;
+    LayoutRef fresh = rec.layout;
+    KVFS_ASSIGN_OR_RETURN(rec.layout, PlaceChunk(fresh));
+    out->push_back({rec.id, fresh, rec.layout});
+    std::lock_guard lock(mu_);
+    published_[fresh.get()] = {fresh, rec.layout};
+    // Entries whose local layout is gone (the fs swapped it) are of no use any more.
+    std::erase_if(published_, [](const auto& kv) { return kv.second.first.expired(); });
+  }
+  return batch;
+}
+
+Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
+  const uint64_t chunk = NewId();
+  KVFS_RETURN_IF_ERROR(Hold(chunk, fresh, 0));
+  const NodeId self = options_.node_id;
+  std::vector<NodeId> targets = membership_->PlacementTargets();
+  std::vector<NodeId> ranked = RendezvousPlacement::Rank(RankKey(chunk), targets);
+  const bool local_first = options_.keep_local_copy;
+  size_t wanted = options_.replicas;
+  HolderList holders;
+  if (local_first) {
+    holders.Add(self);
+    --wanted;
+  }
+  // The ranked nodes in order, each PUT in parallel; a failure moves on to the next candidate.
+  std::vector<NodeId> candidates;
+  for (NodeId n : ranked) {
+    if (n == self) {
+      if (!local_first && wanted > 0 && holders.size() < options_.replicas) {
+        holders.Add(self);
+        --wanted;
+      }
+      continue;
+    }
+    candidates.push_back(n);
+  }
+  size_t next = 0;
+  std::vector<NodeId> placed;
+  while (placed.size() < wanted && next < candidates.size()) {
+    std::vector<std::pair<NodeId, std::future<Status>>> puts;
+    while (puts.size() + placed.size() < wanted && next < candidates.size()) {
+      NodeId n = candidates[next++];
+      puts.emplace_back(n, std::async(std::launch::async, [this, chunk, fresh, n] {
+                          return PushChunk(chunk, fresh, n);
+                        }));
+    }
+    for (auto& [n, f] : puts) {
+      Status st = f.get();
+      if (st.ok()) {
+        placed.push_back(n);
+      } else {
+        spdlog::warn("cluster: placing chunk {} on node {} failed: {}", Hex16(chunk), n,
+                     st.ToString());
+      }
+    }
+  }
+  for (NodeId n : placed) holders.Add(n);
+  if (!holders.Contains(self)) {
+    if (holders.empty()) {
+      holders.Add(self);  // nowhere else to put it: the writer keeps it, repair spreads it later
+    } else {
+      DropHolding(chunk, "placed on the ranked nodes");
+    }
+  }
+  if (holders.size() < options_.replicas)
+    spdlog::warn("cluster: chunk {} has {} of {} copies (repair will add the rest)", Hex16(chunk),
+                 holders.size(), options_.replicas);
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(chunk);
+    if (it != held_.end()) it->second.holders = holders;
+  }
+  return MakeClusterLayout(fresh->size, chunk, holders);
+}
+
+Result<Committed> ClusterStore::AwaitCommitted(uint64_t token) {
+  PendingCommit pending;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(token);
+    if (it != pending_.end()) {
+      pending = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  Result<NamespaceLog::Done> done = log_->Await(token);
+  if (!done.ok()) return done.status();
+  MetaBatch& b = done->batch;
+  for (ObjectRecord& rec : b.puts) rec.revision = static_cast<uint64_t>(done->revision);
+  NoteRecords(b.puts, b.removes);
+  // Records of other nodes whose names this batch took over (last writer wins): the fs hears
+  // of them like of any other node's change, since the watch skips this node's commits.
+  if (b.puts.size() > pending.puts || b.removes.size() > pending.removes) {
+    std::vector<ObjectRecord> puts(
+        b.puts.begin() + static_cast<ptrdiff_t>(std::min(pending.puts, b.puts.size())),
+        b.puts.end());
+    std::vector<ObjectId> removes(
+        b.removes.begin() + static_cast<ptrdiff_t>(std::min(pending.removes, b.removes.size())),
+        b.removes.end());
+    if (StoreListener* l = listener_.load()) l->OnRemoteChanges(puts, removes);
+  }
+  Committed c;
+  c.revision = static_cast<uint64_t>(done->revision);
+  if (pending.replaced) c.layouts = std::move(*pending.replaced);
+  return c;
+}
+
+Result<std::unique_ptr<ChunkWriter>> ClusterStore::NewWriter(LayoutRef base) {
+  const ClusterLayout* cl = AsClusterLayout(base);
+  if (!cl) return local_->NewWriter(std::move(base));
+  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewWriter(std::move(held));
+  // The base lives elsewhere: copy it here first, so the writer starts clean from it.
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkWriter> copy, local_->NewWriter(nullptr));
+  std::vector<uint8_t> buf(std::min<uint64_t>(cl->size, kMaxGet));
+  for (uint64_t off = 0; off < cl->size;) {
+    KVFS_ASSIGN_OR_RETURN(size_t n, ReadRemote(*cl, off, buf.data(), buf.size()));
+    if (n == 0) return Status::IoError("short read of a remote base");
+    KVFS_RETURN_IF_ERROR(copy->Write(off, buf.data(), n));
+    off += n;
+  }
+  KVFS_ASSIGN_OR_RETURN(LayoutRef copied, copy->Finish());
+  return local_->NewWriter(std::move(copied));
+}
+
+Result<size_t> ClusterStore::Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) {
+  const ClusterLayout* cl = AsClusterLayout(layout);
+  if (!cl) return local_->Read(layout, offset, out, len);
+  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->Read(held, offset, out, len);
+  if (offset >= cl->size) return size_t{0};
+  len = static_cast<size_t>(std::min<uint64_t>(len, cl->size - offset));
+  return ReadRemote(*cl, offset, static_cast<uint8_t*>(out), len);
+}
+
+std::unique_ptr<ChunkReader> ClusterStore::NewReader(LayoutRef layout) {
+  const ClusterLayout* cl = AsClusterLayout(layout);
+  if (!cl) return local_->NewReader(std::move(layout));
+  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewReader(std::move(held));
+  return std::make_unique<PeerReader>(this, &FetchPool(), cl->chunk, cl->size, cl->holders);
+}
+
+Status UnreadableChunk(uint64_t chunk, const Status& last) {
+  if (last.IsCorruption()) return last;
+  // The application sees EIO whatever the last peer said (refused, timed out, not held).
+  return Status::IoError("chunk " + Hex16(chunk) + ": no holder could serve it (" +
+                         last.ToString() + ")");
+}
+
+Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out,
+                                        size_t len) {
+  Status last = Status::IoError("chunk " + Hex16(layout.chunk) + " has no reachable holder");
+  size_t done = 0;
+  for (NodeId n : ReadOrder(layout.holders)) {
+    PeerClient* client = Client(n);
+    if (client == nullptr) continue;
+    CallOptions call;
+    call.timeout = options_.request_timeout;
+    bool failed = false;
+    while (done < len) {
+      wire::GetRequest req;
+      req.key = ChunkName(layout.chunk);
+      req.offset = offset + done;
+      req.length = std::min(len - done, kMaxGet);
+      if (PeerCounters* c = CountersFor(n)) ++c->gets_sent;
+      auto r = client->Get(req, std::span<uint8_t>(out + done, req.length), call);
+      if (!r.ok()) {
+        last = r.status();
+        NoteFailure(n, last);
+        failed = true;
+        break;
+      }
+      if (r->length == 0) break;
+      done += r->length;
+    }
+    if (!failed) return done;
+  }
+  return UnreadableChunk(layout.chunk, last);
+}
+
+Status ClusterStore::Verify(const LayoutRef& layout) {
+  const ClusterLayout* cl = AsClusterLayout(layout);
+  if (!cl) return local_->Verify(layout);
+  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->Verify(held);
+  // No local copy: every byte from a holder (the transport checks a CRC end to end).
+  std::vector<uint8_t> buf(std::min<uint64_t>(cl->size, kMaxGet));
+  for (uint64_t off = 0; off < cl->size;) {
+    KVFS_ASSIGN_OR_RETURN(size_t n, ReadRemote(*cl, off, buf.data(), buf.size()));
+    if (n == 0) return Status::IoError("chunk " + Hex16(cl->chunk) + " ends early");
+    off += n;
+  }
+  return Status::Ok();
+}
+
+void ClusterStore::Touch(ObjectId id, uint64_t stream) {
+  ObjectId local_id = kInvalidId;
+  {
+    std::lock_guard lock(mu_);
+    auto it = chunk_of_record_.find(id);
+    if (it == chunk_of_record_.end()) return;
+    auto h = held_.find(it->second);
+    if (h != held_.end()) local_id = h->second.local_id;
+  }
+  if (local_id != kInvalidId) local_->Touch(local_id, stream);
+}
+
+Status ClusterStore::Evict(ObjectId id) {
+  ObjectId local_id = kInvalidId;
+  {
+    std::lock_guard lock(mu_);
+    auto it = chunk_of_record_.find(id);
+    if (it != chunk_of_record_.end()) {
+      auto h = held_.find(it->second);
+      if (h != held_.end()) local_id = h->second.local_id;
+    }
+  }
+  if (local_id == kInvalidId) return Status::Invalid("this node holds no copy of the file");
+  KVFS_RETURN_IF_ERROR(local_->Evict(local_id));
+  HandleLocalLosses();  // leave the holder list now, not at the next housekeeping round
+  return Status::Ok();
+}
+
+PeerClient* ClusterStore::Client(NodeId node) {
+  if (node == options_.node_id) return nullptr;
+  std::optional<MemberInfo> m = membership_->Find(node);
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  if (m && (m->address != p.address || !p.client)) {
+    auto host_port = m->address;
+    const size_t colon = host_port.rfind(':');
+    if (colon == std::string::npos) return nullptr;
+    PeerAddress addr;
+    addr.host = host_port.substr(0, colon);
+    if (addr.host.size() > 2 && addr.host.front() == '[')
+      addr.host = addr.host.substr(1, addr.host.size() - 2);
+    addr.port = static_cast<uint16_t>(std::stoul(host_port.substr(colon + 1)));
+    ClientOptions co;
+    co.kind = options_.transport;
+    co.secret = options_.secret;
+    co.node_name = "node" + std::to_string(options_.node_id);
+    co.connect_timeout = options_.request_timeout;
+    co.request_timeout = options_.request_timeout;
+    auto client = MakePeerClient(addr, co);
+    if (!client.ok()) {
+      spdlog::warn("cluster: no client for node {} at {}: {}", node, m->address,
+                   client.status().ToString());
+      return nullptr;
+    }
+    p.address = m->address;
+    p.client = std::move(*client);
+  }
+  return p.client.get();
+}
+
+PeerCounters* ClusterStore::CountersFor(NodeId node) {
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  return p.counters.get();
+}
+
+std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<NodeId> good, down;
+  for (NodeId n : holders) {
+    if (n == options_.node_id) continue;
+    bool is_suspect;
+    {
+      std::lock_guard lock(peers_mu_);
+      auto it = peers_.find(n);
+      is_suspect = it != peers_.end() && it->second.suspect_until > now;
+    }
+    // A node that timed out a moment ago is not asked again until kSuspectFor has passed: a
+    // frozen or cut-off peer costs one request timeout, not one per read. A node whose lease
+    // is gone is asked last (a connection refused costs nothing).
+    if (is_suspect) continue;
+    if (!membership_->IsLive(n)) {
+      down.push_back(n);
+    } else {
+      good.push_back(n);
+    }
+  }
+  good.insert(good.end(), down.begin(), down.end());
+  return good;
+}
+
+void ClusterStore::NoteFailure(NodeId node, const Status& st) {
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  ++p.counters->failures;
+  // A peer that let a request time out is skipped for a while (see ReadOrder).
+  if (st.err() == ETIMEDOUT || st.err() == EHOSTUNREACH || st.err() == ENETUNREACH)
+    p.suspect_until = std::chrono::steady_clock::now() + kSuspectFor;
+}
+
+Status ClusterStore::PushChunk(uint64_t chunk, const LayoutRef& local, NodeId node) {
+  PeerClient* client = Client(node);
+  if (client == nullptr)
+    return Status::Error(EHOSTUNREACH, "node " + std::to_string(node) + " is not known");
+  const uint64_t size = local->size;
+  if (size > wire::kDefaultMaxFrame - (1u << 20))
+    return Status::Error(EFBIG, "chunk too large for one PUT");
+  std::vector<uint8_t> bytes(size);
+  for (uint64_t done = 0; done < size;) {
+    KVFS_ASSIGN_OR_RETURN(size_t n, local_->Read(local, done, bytes.data() + done, size - done));
+    if (n == 0) return Status::IoError("short read of a local chunk");
+    done += n;
+  }
+  wire::PutRequest req;
+  req.key = ChunkName(chunk);
+  req.mode = 0600;
+  CallOptions call;
+  // Big chunks get time for their bytes (at 100 MiB/s at least) beyond the request deadline.
+  call.timeout = options_.request_timeout + std::chrono::milliseconds(size / (100u << 10));
+  if (PeerCounters* c = CountersFor(node)) ++c->puts_sent;
+  auto r = client->Put(req, std::span<const uint8_t>(bytes.data(), bytes.size()), call);
+  if (!r.ok()) NoteFailure(node, r.status());
+  return r.status();
+}
+
+}  // namespace kvfs::cluster

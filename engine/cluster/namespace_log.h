@@ -1,0 +1,182 @@
+// NamespaceLog: the cluster's namespace as an etcd-ordered log (docs/cluster.md, "Namespace").
+//
+// Commit side. Each MetaBatch the fs submits (layouts already turned into chunk references by
+// the cluster store) becomes one etcd transaction: put/delete of the record keys and of the name
+// keys it changes, guarded by compares, so a change based on an old version of any object it
+// touches is refused (each record must still be at the revision the fs saw; a name the fs
+// believed free must be free; a directory must still exist to receive a name, and be empty to go
+// away). One committer thread sends them in submission order; batches waiting behind a
+// transaction in flight go out together in the next one when their keys do not overlap (group
+// commit). A refused batch:
+//   - a name another node took meanwhile: for an exclusive batch (mkdir, O_EXCL, link,
+//     RENAME_NOREPLACE) EEXIST; otherwise the other holder is displaced in a new attempt (last
+//     writer wins, as a rename over it would)
+//   - anything else (an object changed or vanished): the objects involved are reset to what
+//     etcd holds (StoreListener::OnRolledBack) and the caller gets Status::Conflict to try again
+// A transaction whose outcome is unknown (etcd unreachable mid-call) fails with EROFS; its
+// objects are reset once etcd answers again.
+//
+// Apply side. A watch on the record keys from the loaded revision delivers every change in
+// revision order; changes this node made are recognised by their revision and skipped (the fs
+// made them already). After compaction outran the watch, a paged re-read at one revision
+// replaces it (present records put again, absent ones removed).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster_layout.h"
+#include "kvfs/chunk_store.h"
+#include "kvfs/etcd.h"
+#include "namespace_keys.h"
+
+namespace kvfs::cluster {
+
+struct NamespaceLogHooks {
+  // Changes other nodes made, one revision at a time, in order (watch thread).
+  std::function<void(std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes)> apply;
+  // After a paged re-read at `revision`: every id present then (sorted); committed records
+  // the fs holds that are absent and older than `revision` are gone.
+  std::function<void(const std::vector<ObjectId>& present, int64_t revision)> resync;
+  // The state etcd holds for an id after a refused or unknown batch (null: none).
+  std::function<void(ObjectId, const ObjectRecord*)> reset;
+  // False while etcd is unreachable (membership): changes are refused at once with EROFS.
+  std::function<bool()> writable;
+};
+
+struct NamespaceLogOptions {
+  NodeId self = 0;
+  // Operations per transaction: etcd refuses more than --max-txn-ops (128 by default).
+  size_t max_ops = 120;
+  size_t page = 1000;  // keys per range page (load, re-read)
+};
+
+class NamespaceLog {
+ public:
+  NamespaceLog(etcd::Client* etcd, const NamespaceKeys* keys, NamespaceLogOptions options,
+               NamespaceLogHooks hooks);
+  ~NamespaceLog();
+  void Stop();
+
+  // Streams every record at one revision, in pages; the watch starts after it.
+  Status Load(const std::function<void(ObjectRecord&&)>& fn);
+  // Starts the watch (from the loaded revision + 1) and the committer.
+  void Start();
+  // Drops the watch stream and opens it again (etcd was unreachable and is back).
+  void RestartWatch();
+  int64_t applied_revision() const { return applied_.load(); }
+  // The highest id this node ever committed (ids carry the node in their high 16 bits).
+  Result<ObjectId> HighestId(NodeId node);
+
+  // Queues a batch (puts carry ClusterLayouts or null layouts) behind every earlier one. The
+  // future form lets the caller finish preparing it (placing new chunks on their holders)
+  // while earlier batches commit: the committer waits for it in its turn.
+  Result<uint64_t> Submit(MetaBatch batch);
+  Result<uint64_t> Submit(std::shared_future<Result<MetaBatch>> batch);
+  // Waits until the batch is committed or refused. The batch returned is what was committed:
+  // the prepared one, plus the holders of names it took over.
+  struct Done {
+    int64_t revision = 0;
+    MetaBatch batch;
+  };
+  Result<Done> Await(uint64_t token);
+
+  // A batch refused before it reached etcd (etcd unreachable): the fs already shows it, so its
+  // objects are reset to what etcd holds once etcd answers again.
+  void NoteRefused(const MetaBatch& batch);
+  // Reads one record as etcd holds it now (null when absent).
+  Result<std::unique_ptr<ObjectRecord>> ReadRecord(ObjectId id);
+  // Puts `rec` if its record is still at rec.revision (holders changed by repair, eviction).
+  // Conflict when it moved on; the new revision otherwise.
+  Result<int64_t> CompareAndPut(const ObjectRecord& rec);
+  // Deletes the record and its names if it is still at `revision` (the last copy of its data
+  // is gone).
+  Status CompareAndDelete(const ObjectRecord& rec);
+
+  struct Counters {
+    uint64_t txns = 0, batches = 0, conflicts = 0, displaced = 0, refused_unreachable = 0;
+  };
+  Counters counters() const;
+
+ private:
+  struct Pending {
+    uint64_t token = 0;
+    std::shared_future<Result<MetaBatch>> future;
+    MetaBatch batch;  // the future's value once the committer reached it
+    bool done = false;
+    Status status;
+    int64_t revision = 0;
+  };
+
+  void CommitLoop();
+  // Commits `group` (consecutive batches with disjoint keys) in one transaction; on a refusal
+  // falls back to committing them one by one.
+  void CommitGroup(std::vector<std::shared_ptr<Pending>>& group);
+  // One batch alone, with the displacement retries and the conflict handling.
+  void CommitOne(Pending& p);
+  Status BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, std::set<std::string>* keys);
+  // The revision a batch's object is really based on: `rev`, moved forward along this node's
+  // own commits of it that the fs had not heard of when it built the batch.
+  uint64_t Rebase(ObjectId id, uint64_t rev) const;
+  void RecordCommit(const MetaBatch& batch, int64_t revision);
+  // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
+  // the holders of its names to what etcd holds.
+  void ResetTo(const MetaBatch& batch, int64_t seen_revision);
+  // Tries to take over, for `batch`, a name another node's record holds. False: cannot.
+  Result<bool> Displace(MetaBatch& batch, const NameChange& change, ObjectId holder);
+  void Finish(Pending& p, Status st, int64_t revision);
+
+  void WatchLoop();
+  Status Resync();
+  void DeliverGroup(int64_t revision, std::vector<etcd::Event>& events);
+  bool WaitApplied(int64_t revision, std::chrono::milliseconds timeout);
+
+  etcd::Client* const etcd_;
+  const NamespaceKeys* const keys_;
+  const NamespaceLogOptions options_;
+  const NamespaceLogHooks hooks_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> restart_watch_{false};
+  std::atomic<bool> interrupt_watch_{false};  // ends the watch call now (Stop, RestartWatch)
+  std::atomic<int64_t> applied_{0};
+  std::mutex applied_mu_;
+  std::condition_variable applied_cv_;
+  std::thread watch_, commit_;
+  bool started_ = false;
+
+  // Commit queue.
+  mutable std::mutex mu_;
+  std::condition_variable queue_cv_, done_cv_;
+  std::deque<std::shared_ptr<Pending>> queue_;
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> by_token_;
+  uint64_t next_token_ = 1;
+  // Revisions of this node's transactions: the watch skips them. The watch waits while one is
+  // in flight, so it never mistakes this node's change for another's.
+  bool in_flight_ = false;
+  uint64_t txn_started_ = 0, txn_done_ = 0;
+  std::condition_variable in_flight_cv_;
+  std::set<int64_t> own_revisions_;
+  // Own commits by object: base revision -> new revision, for Rebase; kept a minute.
+  std::unordered_map<ObjectId, std::map<uint64_t, uint64_t>> rebase_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, ObjectId>> rebase_age_;
+  // Objects reset after a refused batch: watch events at or below the revision read are stale.
+  std::unordered_map<ObjectId, int64_t> reset_at_;
+  // Objects of batches whose outcome is unknown, reset once etcd answers.
+  std::vector<ObjectId> uncertain_;
+  Counters counters_;
+};
+
+}  // namespace kvfs::cluster

@@ -1,0 +1,220 @@
+// NamespaceLog, apply side: the paged load, the watch that applies other nodes' changes in
+// revision order, and the paged re-read when compaction outran the watch.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "namespace_log.h"
+#include "record_value.h"
+
+namespace kvfs::cluster {
+namespace {
+
+// Reads every record key at one revision in pages and hands each decoded record to `fn`.
+// Returns the revision read at. A value that does not decode is logged and skipped: it cannot
+// become a file.
+Result<int64_t> ReadAllRecords(etcd::Client* etcd, const NamespaceKeys* keys, size_t page,
+                               const std::function<void(ObjectRecord&&)>& fn) {
+  etcd::RangeRequest r;
+  r.key = keys->RecordPrefix();
+  r.range_end = etcd::PrefixEnd(keys->RecordPrefix());
+  r.limit = static_cast<int64_t>(page);
+  int64_t revision = 0;
+  size_t bad = 0;
+  for (;;) {
+    KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse got, etcd->Range(r));
+    if (revision == 0) {
+      revision = got.revision;
+      r.revision = revision;  // every further page at the same revision: one consistent view
+    }
+    for (etcd::KeyValue& kv : got.kvs) {
+      auto v = DecodeRecordValue(kv.value, static_cast<uint64_t>(kv.mod_revision));
+      if (!v.ok()) {
+        if (bad++ < 10)
+          spdlog::error("cluster: skipping key {}: {}", kv.key, v.status().ToString());
+        continue;
+      }
+      fn(std::move(v->record));
+    }
+    if (!got.more || got.kvs.empty()) break;
+    r.key = got.kvs.back().key + '\0';
+  }
+  if (bad > 0) spdlog::error("cluster: {} namespace keys did not decode and were skipped", bad);
+  return revision;
+}
+
+}  // namespace
+
+Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t n = 0;
+  auto counting = [&](ObjectRecord&& rec) {
+    ++n;
+    fn(std::move(rec));
+  };
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, ReadAllRecords(etcd_, keys_, options_.page, counting));
+  applied_ = revision;
+  spdlog::info(
+      "cluster: loaded {} namespace records at revision {} in {} ms", n, revision,
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  return Status::Ok();
+}
+
+void NamespaceLog::RestartWatch() {
+  restart_watch_ = true;
+  interrupt_watch_ = true;  // an idle stream is dropped at once, not at its next event
+}
+
+bool NamespaceLog::WaitApplied(int64_t revision, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(applied_mu_);
+  return applied_cv_.wait_for(lock, timeout,
+                              [&] { return stop_.load() || applied_.load() >= revision; });
+}
+
+Status NamespaceLog::Resync() {
+  // The commit side keeps going: what this node commits after the re-read's revision is added
+  // to the present set, and what it has in flight carries revision 0 in the fs (kept).
+  std::vector<ObjectId> present;
+  std::vector<ObjectRecord> page;
+  auto flush = [&] {
+    if (page.empty()) return;
+    if (hooks_.apply) hooks_.apply(std::move(page), {});
+    page.clear();
+  };
+  auto collect = [&](ObjectRecord&& rec) {
+    present.push_back(rec.id);
+    page.push_back(std::move(rec));
+    if (page.size() >= options_.page) flush();
+  };
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, ReadAllRecords(etcd_, keys_, options_.page, collect));
+  flush();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, steps] : rebase_) {
+      for (const auto& [from, to] : steps) {
+        if (static_cast<int64_t>(to) > revision) present.push_back(id);
+      }
+    }
+  }
+  std::sort(present.begin(), present.end());
+  present.erase(std::unique(present.begin(), present.end()), present.end());
+  if (hooks_.resync) hooks_.resync(present, revision);
+  applied_ = revision;
+  applied_cv_.notify_all();
+  spdlog::warn("cluster: namespace re-read at revision {} ({} records)", revision, present.size());
+  return Status::Ok();
+}
+
+void NamespaceLog::DeliverGroup(int64_t revision, std::vector<etcd::Event>& events) {
+  bool own = false;
+  {
+    // A transaction of this node that was in flight when these events came may be them: wait
+    // for its answer, which says its revision.
+    std::unique_lock lock(mu_);
+    const uint64_t started = txn_started_;
+    in_flight_cv_.wait(lock, [&] { return stop_.load() || txn_done_ >= started; });
+    own = own_revisions_.count(revision) > 0;
+    own_revisions_.erase(own_revisions_.begin(), own_revisions_.upper_bound(revision));
+  }
+  if (!own) {
+    std::vector<ObjectRecord> puts;
+    std::vector<ObjectId> removes;
+    for (etcd::Event& ev : events) {
+      auto id = keys_->ParseRecord(ev.kv.key);
+      if (!id) continue;
+      {
+        std::lock_guard lock(mu_);
+        auto reset = reset_at_.find(*id);
+        if (reset != reset_at_.end() && reset->second >= revision) continue;  // already newer
+      }
+      if (ev.type == etcd::Event::Type::kDelete) {
+        removes.push_back(*id);
+        continue;
+      }
+      auto v = DecodeRecordValue(ev.kv.value, static_cast<uint64_t>(ev.kv.mod_revision));
+      if (!v.ok()) {
+        spdlog::error("cluster: skipping key {} at revision {}: {}", ev.kv.key, revision,
+                      v.status().ToString());
+        continue;
+      }
+      puts.push_back(std::move(v->record));
+    }
+    if ((!puts.empty() || !removes.empty()) && hooks_.apply)
+      hooks_.apply(std::move(puts), std::move(removes));
+  }
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(reset_at_, [&](const auto& kv) { return kv.second < revision; });
+  }
+  applied_ = revision;
+  applied_cv_.notify_all();
+}
+
+void NamespaceLog::WatchLoop() {
+  bool need_resync = false;
+  int failures = 0;
+  while (!stop_.load()) {
+    std::vector<ObjectId> uncertain;
+    {
+      std::lock_guard lock(mu_);
+      uncertain.swap(uncertain_);
+    }
+    if (!uncertain.empty()) {
+      // Batches whose outcome was unknown: take what etcd holds for their objects.
+      MetaBatch probe;
+      for (ObjectId id : uncertain) probe.removes.push_back(id);
+      ResetTo(probe, 0);
+    }
+    if (need_resync) {
+      Status st = Resync();
+      if (!st.ok()) {
+        spdlog::warn("cluster: namespace re-read failed: {}", st.ToString());
+        std::unique_lock lock(applied_mu_);
+        applied_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_.load(); });
+        continue;
+      }
+      need_resync = false;
+    }
+    restart_watch_ = false;
+    interrupt_watch_ = stop_.load();
+    etcd::WatchRequest w;
+    w.key = keys_->RecordPrefix();
+    w.range_end = etcd::PrefixEnd(keys_->RecordPrefix());
+    w.start_revision = applied_.load() + 1;
+    std::atomic<bool> stop_this{false};
+    Status st = etcd_->Watch(
+        w,
+        [&](const etcd::WatchResponse& resp) {
+          failures = 0;
+          // One response holds whole revisions, in order.
+          std::vector<etcd::Event> group;
+          int64_t rev = 0;
+          for (const etcd::Event& ev : resp.events) {
+            if (ev.kv.mod_revision != rev && !group.empty()) {
+              DeliverGroup(rev, group);
+              group.clear();
+            }
+            rev = ev.kv.mod_revision;
+            group.push_back(ev);
+          }
+          if (!group.empty()) DeliverGroup(rev, group);
+          return !stop_.load() && !restart_watch_.load();
+        },
+        interrupt_watch_);
+    if (stop_.load()) return;
+    if (etcd::IsCompacted(st)) {
+      spdlog::warn("cluster: the namespace watch fell behind compaction: re-reading");
+      need_resync = true;
+      continue;
+    }
+    if (restart_watch_.load()) continue;
+    if (failures++ % 50 == 0)
+      spdlog::warn("cluster: namespace watch interrupted ({}); resuming from revision {}",
+                   st.ToString(), applied_.load() + 1);
+    std::unique_lock lock(applied_mu_);
+    applied_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+  }
+}
+
+}  // namespace kvfs::cluster

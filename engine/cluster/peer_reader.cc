@@ -1,0 +1,102 @@
+#include "peer_reader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cluster_store.h"
+#include "namespace_keys.h"
+#include "task_pool.h"
+
+namespace kvfs::cluster {
+
+PeerReader::PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
+                       const HolderList& holders)
+    : store_(store), pool_(pool), chunk_(chunk), size_(size), holders_(holders) {}
+
+PeerReader::~PeerReader() {
+  // Fetches write into pieces this reader owns: wait for the ones under way.
+  std::unique_lock lock(shared_->mu);
+  shared_->cv.wait(lock, [&] { return shared_->in_flight == 0; });
+}
+
+void PeerReader::Request(uint64_t index) {
+  if (index * kPiece >= size_ || shared_->pieces.count(index)) return;
+  auto piece = std::make_shared<Piece>();
+  shared_->pieces[index] = piece;
+  ++shared_->in_flight;
+  pool_->Post([this, index, piece] { Fetch(index, piece); });
+}
+
+void PeerReader::Fetch(uint64_t index, const std::shared_ptr<Piece>& piece) {
+  const uint64_t offset = index * kPiece;
+  const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, size_ - offset));
+  auto buf = std::make_shared<std::vector<uint8_t>>(len);
+  Status last = Status::IoError("chunk " + Hex16(chunk_) + " has no reachable holder");
+  size_t got = 0;
+  for (NodeId node : store_->ReadOrder(holders_)) {
+    PeerClient* client = store_->Client(node);
+    if (client == nullptr) continue;
+    wire::GetRequest req;
+    req.key = ChunkName(chunk_);
+    req.offset = offset;
+    req.length = len;
+    CallOptions call;
+    call.timeout = store_->request_timeout();
+    if (PeerCounters* c = store_->CountersFor(node)) ++c->gets_sent;
+    auto r = client->Get(req, std::span<uint8_t>(buf->data(), len), call);
+    if (r.ok() && r->length == len) {
+      got = len;
+      break;
+    }
+    last = r.ok() ? Status::IoError("short answer from node " + std::to_string(node)) : r.status();
+    store_->NoteFailure(node, last);
+    spdlog::debug("cluster: piece {} of chunk {} from node {}: {}", index, Hex16(chunk_), node,
+                  last.ToString());
+  }
+  std::lock_guard lock(shared_->mu);
+  piece->done = true;
+  if (got == len) {
+    piece->buf = std::move(buf);
+    piece->len = len;
+  } else {
+    piece->status = UnreadableChunk(chunk_, last);
+  }
+  --shared_->in_flight;
+  shared_->cv.notify_all();
+}
+
+Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
+  ReadView view;
+  if (offset >= size_ || len == 0) return view;
+  len = static_cast<size_t>(std::min<uint64_t>(len, size_ - offset));
+  const uint64_t first = offset / kPiece, last = (offset + len - 1) / kPiece;
+  std::unique_lock lock(shared_->mu);
+  // Pieces behind the reader are done with; a jump elsewhere drops what was read ahead.
+  for (auto it = shared_->pieces.begin(); it != shared_->pieces.end();) {
+    if ((it->first < first || it->first > last + kAhead) && it->second->done) {
+      it = shared_->pieces.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (uint64_t i = first; i <= last + kAhead; ++i) Request(i);
+  for (uint64_t i = first; i <= last; ++i) {
+    std::shared_ptr<Piece> piece = shared_->pieces[i];
+    shared_->cv.wait(lock, [&] { return piece->done; });
+    if (!piece->status.ok()) {
+      Status st = piece->status;
+      shared_->pieces.erase(i);  // a later read tries again
+      return st;
+    }
+    const uint64_t base = i * kPiece;
+    const uint64_t from = std::max(offset, base);
+    const uint64_t to = std::min<uint64_t>(offset + len, base + piece->len);
+    view.spans.push_back({piece->buf->data() + (from - base), static_cast<size_t>(to - from)});
+    view.holds.push_back(piece->buf);
+    view.size += to - from;
+  }
+  return view;
+}
+
+}  // namespace kvfs::cluster

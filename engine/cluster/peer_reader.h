@@ -1,0 +1,55 @@
+// PeerReader: the ChunkReader of a chunk this node does not hold. It fetches the chunk from its
+// holders in pieces, several ahead of a sequential reader and in parallel over the peer's
+// connections, and moves on to the next holder when one fails (a dead, frozen or partitioned
+// holder costs one request timeout, once: the store then tries it last for a while).
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cluster_layout.h"
+#include "kvfs/chunk_reader.h"
+
+namespace kvfs::cluster {
+
+class ClusterStore;
+class TaskPool;
+
+class PeerReader final : public ChunkReader {
+ public:
+  static constexpr size_t kPiece = 2u << 20;  // bytes per GET
+  static constexpr size_t kAhead = 4;         // pieces fetched ahead of the reader
+
+  PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
+             const HolderList& holders);
+  ~PeerReader() override;
+  Result<ReadView> Read(uint64_t offset, size_t len) override;
+
+ private:
+  struct Piece {
+    std::shared_ptr<std::vector<uint8_t>> buf;
+    size_t len = 0;
+    bool done = false;
+    Status status;
+  };
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<uint64_t, std::shared_ptr<Piece>> pieces;  // by index
+    size_t in_flight = 0;
+  };
+  void Request(uint64_t index);  // shared_->mu held
+  void Fetch(uint64_t index, const std::shared_ptr<Piece>& piece);
+
+  ClusterStore* const store_;
+  TaskPool* const pool_;
+  const uint64_t chunk_;
+  const uint64_t size_;
+  const HolderList holders_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+};
+
+}  // namespace kvfs::cluster

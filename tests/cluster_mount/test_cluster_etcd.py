@@ -1,0 +1,259 @@
+"""The cluster's metadata on etcd, through real mounts (tests/pylib/kvfs_cluster.py starts one
+etcd per test on loopback): O_EXCL across nodes, a frozen node catching up, etcd frozen (writes
+refused with EROFS, reads go on, recovery by itself), etcd killed and restarted, a watch that
+fell behind compaction, a late joiner, a drained node.
+
+Every test starts its own etcd and nodes and stops them by PID at the end."""
+
+import errno
+import os
+import signal
+import threading
+import time
+import unittest
+
+from kvfs_cluster import start_cluster, wait_until
+from kvfs_testlib import chunk_bytes
+
+VISIBLE_S = 5.0
+# A node whose lease expired (3 s TTL in the harness) plus margin.
+DOWN_S = 20.0
+
+
+class ClusterEtcd(unittest.TestCase):
+    def cluster(self, **kw):
+        return start_cluster(self, **kw)
+
+    def read(self, c, k, rel):
+        with open(c.path(k, rel), "rb") as f:
+            return f.read()
+
+    def write(self, c, k, rel, data):
+        with open(c.path(k, rel), "wb") as f:
+            f.write(data)
+
+    def test_o_excl_race_across_nodes_has_one_winner(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "x"))
+        for k in (2, 3):
+            c.wait_exists(k, "x", VISIBLE_S)
+        for round_ in range(8):
+            name = f"x/lock{round_}"
+            barrier = threading.Barrier(6)
+            results = []
+
+            def create(k, i):
+                barrier.wait()
+                try:
+                    fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    os.write(fd, f"node{k}-{i}".encode())
+                    os.close(fd)
+                    results.append((k, i, 0))
+                except OSError as e:
+                    results.append((k, i, e.errno))
+            threads = [threading.Thread(target=create, args=(k, i)) for k in (1, 2, 3)
+                       for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            winners = [(k, i) for k, i, err in results if err == 0]
+            self.assertEqual(len(winners), 1, f"{name}: {results}")
+            for k, i, err in results:
+                self.assertIn(err, (0, errno.EEXIST), f"{name}: {results}")
+            k, i = winners[0]
+            for node in (1, 2, 3):
+                wait_until(lambda: os.path.exists(c.path(node, name)) and
+                           self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
+                           what=f"node {node} shows the winner's {name}")
+
+    def test_mkdir_and_rename_noreplace_across_nodes(self):
+        c = self.cluster(n=2, replicas=1)
+        os.mkdir(c.path(1, "d"))
+        c.wait_exists(2, "d", VISIBLE_S)
+        with self.assertRaises(FileExistsError):
+            os.mkdir(c.path(2, "d"))
+        self.write(c, 1, "d/a", b"first")
+        c.wait_exists(2, "d/a", VISIBLE_S)
+        # rmdir of a directory another node has just put a name into is refused
+        with self.assertRaises(OSError) as e:
+            os.rmdir(c.path(2, "d"))
+        self.assertEqual(e.exception.errno, errno.ENOTEMPTY)
+        # a rename onto a name published by another node replaces it everywhere
+        self.write(c, 2, "d/b", b"second")
+        os.rename(c.path(2, "d/b"), c.path(2, "d/a"))
+        wait_until(lambda: self.read(c, 1, "d/a") == b"second", VISIBLE_S,
+                   what="node 1 sees the rename over d/a")
+        self.assertFalse(os.path.exists(c.path(1, "d/b")))
+
+    def test_frozen_node_catches_up_after_sigcont(self):
+        c = self.cluster(n=2, replicas=1)
+        os.mkdir(c.path(1, "f"))
+        self.write(c, 1, "f/keep", b"old")
+        self.write(c, 1, "f/drop", b"drop me")
+        c.wait_exists(2, "f/drop", VISIBLE_S)
+        self.assertEqual(self.read(c, 2, "f/keep"), b"old")
+        pid = c.node(2).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # frozen past its lease: node 1 sees it leave
+            c.wait_state(1, 2, "down", DOWN_S)
+            self.write(c, 1, "f/new1", b"new one")
+            self.write(c, 1, "f/new2", b"new two")
+            self.write(c, 1, "f/keep", b"overwritten")
+            os.unlink(c.path(1, "f/drop"))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        c.wait_exists(2, "f/new2", VISIBLE_S)
+        c.wait_gone(2, "f/drop", VISIBLE_S)
+        self.assertEqual(self.read(c, 2, "f/new1"), b"new one")
+        wait_until(lambda: self.read(c, 2, "f/keep") == b"overwritten", VISIBLE_S,
+                   what="node 2 sees the overwrite made while it was frozen")
+        c.wait_state(1, 2, "up", DOWN_S)
+
+    def test_etcd_frozen_refuses_changes_reads_go_on_then_recovers(self):
+        c = self.cluster(n=2, replicas=2)
+        data = chunk_bytes("e", 300_000)
+        self.write(c, 1, "e", data)
+        c.wait_exists(2, "e", VISIBLE_S)
+        c.etcd.pause()
+        try:
+            # membership notices within a lease period; then every change is refused at once
+            wait_until(lambda: not c.nodes_json(1)["etcd_reachable"], 15.0, 0.2,
+                       what="node 1 notices etcd is gone")
+            t0 = time.monotonic()
+            with self.assertRaises(OSError) as e:
+                os.mkdir(c.path(1, "nope"))
+            self.assertEqual(e.exception.errno, errno.EROFS)
+            self.assertLess(time.monotonic() - t0, 5.0)
+            fd = os.open(c.path(1, "late"), os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, b"x" * 1000)
+            with self.assertRaises(OSError) as e:
+                os.close(fd)  # the publish at close is refused
+            self.assertEqual(e.exception.errno, errno.EROFS)
+            # reads go on, on both nodes
+            self.assertEqual(self.read(c, 1, "e"), data)
+            self.assertEqual(self.read(c, 2, "e"), data)
+            r = c.kvfsctl("nodes", c.path(1))
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("UNREACHABLE", r.stdout)
+            self.assertRegex(c.log(1), r"etcd unreachable")
+        finally:
+            c.etcd.resume()
+        wait_until(lambda: c.nodes_json(1)["etcd_reachable"], 20.0, 0.2,
+                   what="node 1 sees etcd back")
+        # the refused file is not left behind half-published; new changes work everywhere
+        wait_until(lambda: not os.path.exists(c.path(1, "late")), 10.0,
+                   what="the refused publish is undone")
+        os.mkdir(c.path(1, "after"))
+        self.write(c, 1, "after/f", b"back")
+        c.wait_exists(2, "after/f", VISIBLE_S)
+        self.assertEqual(self.read(c, 2, "after/f"), b"back")
+
+    def test_etcd_killed_and_restarted(self):
+        c = self.cluster(n=2, replicas=2)
+        self.write(c, 1, "before", b"b" * 5000)
+        c.wait_exists(2, "before", VISIBLE_S)
+        c.etcd.kill9()
+        time.sleep(1.0)
+        self.assertEqual(self.read(c, 2, "before"), b"b" * 5000)
+        c.etcd.start()
+        # both nodes register again (their leases may have expired) and accept changes
+        def writable():
+            try:
+                self.write(c, 2, "after", b"a" * 5000)
+                return True
+            except OSError:
+                return False
+        wait_until(writable, 30.0, 0.5, what="node 2 accepts changes after etcd restarted")
+        c.wait_exists(1, "after", VISIBLE_S)
+        self.assertEqual(self.read(c, 1, "after"), b"a" * 5000)
+        wait_until(lambda: {n["id"]: n["state"] for n in c.nodes_json(1)["nodes"]} ==
+                   {1: "self", 2: "up"}, DOWN_S, 0.2, what="both nodes registered again")
+
+    def test_watch_behind_compaction_resyncs(self):
+        c = self.cluster(n=2, replicas=1)
+        os.mkdir(c.path(1, "c"))
+        for i in range(5):
+            self.write(c, 1, f"c/old{i}", b"o%d" % i)
+        c.wait_exists(2, "c/old4", VISIBLE_S)
+        pid = c.node(2).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # Node 2's watch stream breaks while it is frozen (an etcd restart), so nothing
+            # of what follows is on its way to it: it must come back from the revision it had
+            # applied, which compaction then takes away.
+            c.etcd.kill9()
+            c.etcd.start()
+
+            def writable():
+                try:
+                    self.write(c, 1, "c/new0", b"n0")
+                    return True
+                except OSError:
+                    return False
+            wait_until(writable, 30.0, 0.5, what="node 1 accepts changes after etcd restarted")
+            for i in range(1, 5):
+                self.write(c, 1, f"c/new{i}", b"n%d" % i)
+            for i in range(3):
+                os.unlink(c.path(1, f"c/old{i}"))
+            self.write(c, 1, "c/old4", b"rewritten")
+            c.etcd.compact()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        want = sorted([f"new{i}" for i in range(5)] + ["old3", "old4"])
+        wait_until(lambda: sorted(os.listdir(c.path(2, "c"))) == want, 15.0, 0.2,
+                   what="node 2's listing after the re-read")
+        self.assertEqual(self.read(c, 2, "c/old4"), b"rewritten")
+        self.assertEqual(self.read(c, 2, "c/new3"), b"n3")
+        self.assertRegex(c.log(2), r"(?i)compact|re-read")
+
+    def test_late_joiner_sees_everything(self):
+        c = self.cluster(n=3, replicas=2, start_nodes=[1, 2])
+        want = {}
+        for d in range(4):
+            os.mkdir(c.path(1 + d % 2, f"l{d}"))
+            for i in range(25):
+                rel = f"l{d}/f{i}"
+                want[rel] = chunk_bytes(rel, 1000 + i)
+                self.write(c, 1 + d % 2, rel, want[rel])
+        os.unlink(c.path(1, "l0/f0"))
+        del want["l0/f0"]
+        c.start_node(3)
+        for d in range(4):
+            self.assertEqual(sorted(os.listdir(c.path(3, f"l{d}"))),
+                             sorted(os.path.basename(r) for r in want if r.startswith(f"l{d}/")))
+        for rel, data in list(want.items())[::7]:
+            self.assertEqual(self.read(c, 3, rel), data, rel)
+
+    def test_drain_moves_copies_off_a_node(self):
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "dr"))
+        files = {f"dr/f{i}": chunk_bytes(f"dr{i}", 20_000 + i) for i in range(6)}
+        for rel, data in files.items():
+            self.write(c, 1 + (int(rel[-1]) % 3), rel, data)
+        for rel in files:
+            c.wait_exists(3, rel, VISIBLE_S)
+        r = c.kvfsctl("drain", c.path(3))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        wait_until(lambda: c.node_states(1).get(3) == "draining", 10.0, 0.2,
+                   what="node 1 sees node 3 draining")
+
+        def drained():
+            return all(3 not in [h["id"] for h in c.location(1, rel)["holders"]] and
+                       len(c.location(1, rel)["holders"]) == 2 for rel in files)
+        wait_until(drained, 30.0, 0.3, what="no chunk keeps a copy on node 3")
+        for rel, data in files.items():
+            self.assertEqual(self.read(c, 1, rel), data)
+        # new chunks do not go there either
+        self.write(c, 1, "dr/new", b"z" * 50_000)
+        c.wait_exists(2, "dr/new", VISIBLE_S)
+        self.assertNotIn(3, [h["id"] for h in c.location(1, "dr/new")["holders"]])
+        r = c.kvfsctl("undrain", c.path(1), "--node", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        wait_until(lambda: c.node_states(1).get(3) == "up", 10.0, 0.2,
+                   what="node 3 takes copies again")
+
+
+if __name__ == "__main__":
+    unittest.main()

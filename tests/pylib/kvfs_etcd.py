@@ -1,0 +1,127 @@
+"""A real etcd (Debian's etcd-server) for one test: loopback, free ports, its own data dir.
+
+Python 3 standard library only. Started and stopped by PID; KVFS_ETCD_BIN overrides the binary.
+
+    from kvfs_etcd import EtcdProcess
+
+    etcd = EtcdProcess(root)        # root: a temp dir the caller removes
+    etcd.start()
+    etcd.endpoint                   # "http://127.0.0.1:PORT"
+    etcd.pause(); etcd.resume()     # SIGSTOP / SIGCONT: a frozen etcd
+    etcd.kill9(); etcd.start()      # a crash and a restart on the same ports and data
+    etcd.compact()                  # compacts the history up to the current revision
+    etcd.stop()
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def etcd_binary() -> str | None:
+    return os.environ.get("KVFS_ETCD_BIN") or shutil.which("etcd") or (
+        "/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
+
+
+class EtcdProcess:
+    def __init__(self, root: str):
+        self.dir = os.path.join(root, "etcd")
+        self.client_port = _free_port()
+        self.peer_port = _free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(root, "etcd.log")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        binary = etcd_binary()
+        if not binary:
+            raise RuntimeError("etcd not found (install etcd-server, or set KVFS_ETCD_BIN)")
+        os.makedirs(self.dir, exist_ok=True)
+        url = self.endpoint
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [binary, "--name", "kvfs-test", "--data-dir", self.dir,
+             "--listen-client-urls", url, "--advertise-client-urls", url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"kvfs-test={peer}", "--log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited at start:\n{self.log_tail()}")
+            try:
+                self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()}, 1.0)
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"etcd did not answer within {timeout} s:\n{self.log_tail()}")
+
+    def call(self, path: str, body: dict, timeout: float = 5.0) -> dict:
+        req = urllib.request.Request(self.endpoint + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read() or b"{}")
+
+    def revision(self) -> int:
+        r = self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        return int(r["header"]["revision"])
+
+    def compact(self) -> int:
+        rev = self.revision()
+        self.call("/v3/kv/compaction", {"revision": rev, "physical": True})
+        return rev
+
+    def pause(self) -> None:
+        if self.proc:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        if not self.proc:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                os.kill(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def log_tail(self, nbytes: int = 2000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - nbytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""

@@ -1,0 +1,156 @@
+#include "etcd_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "kvfs/etcd.h"
+
+namespace kvfs::testing {
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+EtcdServer::EtcdServer() {
+  char tmpl[] = "/tmp/kvfs-etcd-XXXXXX";
+  const char* p = ::mkdtemp(tmpl);
+  dir_ = p ? p : "";
+  client_port_ = FreeLoopbackPort();
+  peer_port_ = FreeLoopbackPort();
+}
+
+EtcdServer::~EtcdServer() {
+  if (pid_ > 0) {
+    Resume();
+    Stop();
+  }
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+Status EtcdServer::Start() {
+  if (pid_ > 0) return Status::Ok();
+  const char* env = std::getenv("KVFS_ETCD_BIN");
+  const std::string bin = env && *env ? env : "/usr/bin/etcd";
+  if (::access(bin.c_str(), X_OK) != 0)
+    return Status::Error(ENOENT, bin + " not found: install etcd-server (scripts/install-deps.sh)");
+  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  std::vector<std::string> args = {bin,
+                                   "--name=kvfs-test",
+                                   "--data-dir=" + dir_ + "/data",
+                                   "--listen-client-urls=" + client,
+                                   "--advertise-client-urls=" + client,
+                                   "--listen-peer-urls=" + peer,
+                                   "--initial-advertise-peer-urls=" + peer,
+                                   "--initial-cluster=kvfs-test=" + peer,
+                                   "--logger=zap",
+                                   "--log-level=warn"};
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::Error(errno, "fork");
+  if (pid == 0) {
+    int log = ::open((dir_ + "/etcd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (log >= 0) {
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  pid_ = pid;
+  etcd::ClientOptions o;
+  o.endpoints = {client};
+  o.request_timeout = std::chrono::milliseconds(500);
+  auto c = etcd::MakeClient(o);
+  if (!c.ok()) return c.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Status last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return Status::IoError("etcd exited during start: " + LogTail());
+    }
+    etcd::RangeRequest r;
+    r.key = "health-check";
+    auto res = (*c)->Range(r);
+    if (res.ok()) return Status::Ok();
+    last = res.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Kill();
+  return Status::Error(ETIMEDOUT, "etcd did not answer within 20 s: " + last.ToString());
+}
+
+void EtcdServer::Wait() {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_ = -1;
+}
+
+void EtcdServer::Stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGCONT);
+  ::kill(pid_, SIGTERM);
+  Wait();
+}
+
+void EtcdServer::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  Wait();
+}
+
+void EtcdServer::Pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void EtcdServer::Resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+std::string EtcdServer::LogTail() const {
+  std::ifstream in(dir_ + "/etcd.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string all = ss.str();
+  return all.size() > 2000 ? all.substr(all.size() - 2000) : all;
+}
+
+}  // namespace kvfs::testing

@@ -1,0 +1,51 @@
+// EtcdServer: a real etcd (Debian's etcd-server) for one test, on 127.0.0.1 at free ports with
+// its own data directory. Started by the constructor's Start(), stopped by PID (SIGTERM, then
+// SIGKILL) and its directory removed by the destructor. KVFS_ETCD_BIN overrides the binary.
+//
+//   EtcdServer etcd;
+//   ASSERT_TRUE(etcd.Start().ok());
+//   options.endpoints = {etcd.endpoint()};
+//   etcd.Pause(); ... etcd.Resume();        // SIGSTOP / SIGCONT: a frozen etcd
+//   etcd.Kill(); etcd.Start();              // kill -9 and a restart on the same ports and data
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "kvfs/status.h"
+
+namespace kvfs::testing {
+
+class EtcdServer {
+ public:
+  EtcdServer();
+  ~EtcdServer();
+  EtcdServer(const EtcdServer&) = delete;
+  EtcdServer& operator=(const EtcdServer&) = delete;
+
+  // Starts etcd (again, after Stop or Kill: same ports and data) and waits until it answers.
+  Status Start();
+  void Stop();  // SIGTERM, waits
+  void Kill();  // SIGKILL, waits
+  void Pause();
+  void Resume();
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+  const std::string& data_dir() const { return dir_; }
+  // The last lines of etcd's log, for a failing test's message.
+  std::string LogTail() const;
+
+ private:
+  void Wait();
+  std::string dir_;
+  int client_port_ = 0;
+  int peer_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// A free TCP port on 127.0.0.1 right now.
+int FreeLoopbackPort();
+
+}  // namespace kvfs::testing

@@ -1,0 +1,279 @@
+// The etcd client against a real etcd on loopback: ranges with paging, transactions with
+// compares, leases that expire, watches (with events grouped by revision, resumption and
+// compaction), endpoint failover, an unreachable etcd, and decoders fed garbage.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "base64.h"
+#include "etcd_json.h"
+#include "etcd_server.h"
+#include "kvfs/etcd.h"
+
+namespace kvfs::etcd {
+namespace {
+
+using kvfs::testing::EtcdServer;
+using namespace std::chrono_literals;
+
+class EtcdClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Status st = server_.Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    client_ = NewClient({server_.endpoint()});
+  }
+  std::unique_ptr<Client> NewClient(std::vector<std::string> endpoints) {
+    ClientOptions o;
+    o.endpoints = std::move(endpoints);
+    o.request_timeout = 2000ms;
+    o.connect_timeout = 500ms;
+    auto c = MakeClient(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  EtcdServer server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST(Base64Test, RoundTripsEveryLengthAndRejectsGarbage) {
+  std::string bytes;
+  for (int i = 0; i < 300; ++i) {
+    auto back = Base64Decode(Base64Encode(bytes));
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(*back, bytes);
+    bytes.push_back(static_cast<char>(i * 37));
+  }
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  for (const char* bad : {"Zm9", "Zm9v!", "Z=9v", "Zm==Zm9v", "====", "Zm9v\n"})
+    EXPECT_FALSE(Base64Decode(bad).has_value()) << bad;
+}
+
+TEST(EtcdJsonTest, DecodersRefuseGarbage) {
+  for (const char* bad : {"", "null", "[]", "{", "{\"kvs\": 3}", "{\"kvs\": [{\"key\": \"!!\"}]}",
+                          "{\"header\": {\"revision\": \"x\"}}", "{\"count\": true}"}) {
+    EXPECT_EQ(json::DecodeRange(bad).status().err(), EPROTO) << bad;
+  }
+  EXPECT_EQ(json::DecodeTxn("{\"succeeded\": \"yes\"}").status().err(), EPROTO);
+  EXPECT_EQ(json::DecodeWatch("{\"result\": {\"events\": [{\"type\": \"EXPLODE\", \"kv\": {}}]}}")
+                .status()
+                .err(),
+            EPROTO);
+  EXPECT_EQ(json::DecodeWatch("{\"nothing\": 1}").status().err(), EPROTO);
+  Status compacted = json::DecodeError(
+      400, R"({"error":"etcdserver: mvcc: required revision has been compacted","code":11})");
+  EXPECT_TRUE(IsCompacted(compacted));
+  EXPECT_EQ(json::DecodeError(500, "not json").err(), EIO);
+}
+
+TEST(EtcdClientOptionsTest, BadOptionsAreRefused) {
+  ClientOptions o;
+  EXPECT_EQ(MakeClient(o).status().err(), EINVAL);
+  o.endpoints = {"127.0.0.1:2379"};
+  EXPECT_EQ(MakeClient(o).status().err(), EINVAL);
+  o.endpoints = {"http://"};
+  EXPECT_EQ(MakeClient(o).status().err(), EINVAL);
+  o.endpoints = {"https://127.0.0.1:2379"};
+  o.tls.cert_file = "/nonexistent/cert.pem";
+  EXPECT_EQ(MakeClient(o).status().err(), EINVAL);  // a certificate without its key
+  o.tls.key_file = "/nonexistent/key.pem";
+  EXPECT_EQ(MakeClient(o).status().err(), ENOENT);
+}
+
+TEST_F(EtcdClientTest, PutRangeAndPaging) {
+  for (int i = 0; i < 25; ++i) {
+    std::string key = "p/" + std::string(1, static_cast<char>('a' + i));
+    auto rev = client_->Put(key, std::string("v\0\xff", 3) + std::to_string(i));
+    ASSERT_TRUE(rev.ok()) << rev.status().ToString();
+  }
+  RangeRequest all;
+  all.key = "p/";
+  all.range_end = PrefixEnd("p/");
+  auto r = client_->Range(all);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->kvs.size(), 25u);
+  EXPECT_EQ(r->kvs[3].value, std::string("v\0\xff", 3) + "3");  // binary values survive
+  // Pages of 10 at one revision: 10, 10, 5.
+  RangeRequest page = all;
+  page.limit = 10;
+  page.revision = r->revision;
+  size_t seen = 0;
+  for (;;) {
+    auto p = client_->Range(page);
+    ASSERT_TRUE(p.ok());
+    seen += p->kvs.size();
+    if (!p->more) break;
+    page.key = p->kvs.back().key + '\0';
+  }
+  EXPECT_EQ(seen, 25u);
+  RangeRequest count = all;
+  count.count_only = true;
+  EXPECT_EQ(client_->Range(count)->count, 25);
+  RangeRequest last = all;
+  last.descending = true;
+  last.limit = 1;
+  EXPECT_EQ(client_->Range(last)->kvs.at(0).key, "p/y");
+}
+
+TEST_F(EtcdClientTest, TransactionsCompareAndReadOnFailure) {
+  auto create = [&](const std::string& key, const std::string& value) {
+    TxnRequest t;
+    t.compare.push_back({key, "", Compare::Target::kVersion, Compare::Op::kEqual, 0, ""});
+    t.success.push_back({TxnOp::Kind::kPut, key, value, "", 0, 0});
+    t.failure.push_back({TxnOp::Kind::kRange, key, "", "", 0, 0});
+    return client_->Txn(t);
+  };
+  auto first = create("x", "one");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->succeeded);
+  auto second = create("x", "two");
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->succeeded);
+  ASSERT_EQ(second->ranges.size(), 1u);
+  ASSERT_EQ(second->ranges[0].kvs.size(), 1u);
+  EXPECT_EQ(second->ranges[0].kvs[0].value, "one");
+  EXPECT_EQ(second->ranges[0].kvs[0].mod_revision, first->revision);
+  // An empty range compares as version 0: "no key under this prefix".
+  TxnRequest empty;
+  empty.compare.push_back(
+      {"dir/", PrefixEnd("dir/"), Compare::Target::kVersion, Compare::Op::kEqual, 0, ""});
+  empty.success.push_back({TxnOp::Kind::kPut, "dir-ok", "1", "", 0, 0});
+  EXPECT_TRUE(client_->Txn(empty)->succeeded);
+  ASSERT_TRUE(client_->Put("dir/a", "1").ok());
+  EXPECT_FALSE(client_->Txn(empty)->succeeded);
+  // A value compare and a delete.
+  TxnRequest del;
+  del.compare.push_back({"x", "", Compare::Target::kValue, Compare::Op::kEqual, 0, "one"});
+  del.success.push_back({TxnOp::Kind::kDelete, "x", "", "", 0, 0});
+  EXPECT_TRUE(client_->Txn(del)->succeeded);
+  RangeRequest gone;
+  gone.key = "x";
+  EXPECT_TRUE(client_->Range(gone)->kvs.empty());
+}
+
+TEST_F(EtcdClientTest, TooManyOperationsIsE2big) {
+  TxnRequest t;
+  for (int i = 0; i < 200; ++i)
+    t.success.push_back({TxnOp::Kind::kPut, "k" + std::to_string(i), "v", "", 0, 0});
+  EXPECT_EQ(client_->Txn(t).status().err(), E2BIG);
+}
+
+TEST_F(EtcdClientTest, LeasedKeysVanishWhenTheLeaseExpires) {
+  auto lease = client_->LeaseGrant(2);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE(client_->Put("member", "me", *lease).ok());
+  auto ttl = client_->LeaseKeepAlive(*lease);
+  ASSERT_TRUE(ttl.ok()) << ttl.status().ToString();
+  EXPECT_GE(*ttl, 1);
+  RangeRequest r;
+  r.key = "member";
+  EXPECT_EQ(client_->Range(r)->kvs.at(0).lease, *lease);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!client_->Range(r)->kvs.empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(client_->Range(r)->kvs.empty());
+  EXPECT_EQ(client_->LeaseKeepAlive(*lease).status().err(), ENOENT);
+  EXPECT_EQ(client_->Put("member", "me", *lease).status().err(), ENOENT);
+}
+
+TEST_F(EtcdClientTest, WatchDeliversRevisionsInOrderAndResumes) {
+  auto base = client_->Put("w/start", "0");
+  ASSERT_TRUE(base.ok());
+  std::atomic<bool> stop{false};
+  std::vector<WatchResponse> got;
+  std::mutex mu;
+  std::thread watcher([&] {
+    WatchRequest w;
+    w.key = "w/";
+    w.range_end = PrefixEnd("w/");
+    w.start_revision = *base + 1;
+    Status st = client_->Watch(
+        w,
+        [&](const WatchResponse& r) {
+          std::lock_guard lock(mu);
+          if (!r.events.empty()) got.push_back(r);
+          return true;
+        },
+        stop);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  });
+  // Two keys in one transaction arrive as one response; a delete is a delete.
+  TxnRequest two;
+  two.success.push_back({TxnOp::Kind::kPut, "w/a", "1", "", 0, 0});
+  two.success.push_back({TxnOp::Kind::kPut, "w/b", "2", "", 0, 0});
+  auto t = client_->Txn(two);
+  ASSERT_TRUE(t.ok());
+  TxnRequest del;
+  del.success.push_back({TxnOp::Kind::kDelete, "w/a", "", "", 0, 0});
+  ASSERT_TRUE(client_->Txn(del).ok());
+  ASSERT_TRUE(client_->Put("other", "x").ok());  // outside the range
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    {
+      std::lock_guard lock(mu);
+      if (got.size() >= 2 || std::chrono::steady_clock::now() > deadline) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  stop = true;
+  watcher.join();
+  std::lock_guard lock(mu);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got[0].events.size(), 2u);
+  EXPECT_EQ(got[0].events[0].kv.mod_revision, t->revision);
+  EXPECT_EQ(got[0].events[1].kv.key, "w/b");
+  ASSERT_EQ(got[1].events.size(), 1u);
+  EXPECT_EQ(got[1].events[0].type, Event::Type::kDelete);
+  EXPECT_EQ(got[1].events[0].kv.key, "w/a");
+}
+
+TEST_F(EtcdClientTest, WatchFromACompactedRevisionSaysSo) {
+  auto first = client_->Put("c/a", "1");
+  ASSERT_TRUE(first.ok());
+  auto now = client_->Put("c/a", "2");
+  ASSERT_TRUE(now.ok());
+  ASSERT_TRUE(client_->Compact(*now).ok());
+  std::atomic<bool> stop{false};
+  WatchRequest w;
+  w.key = "c/";
+  w.range_end = PrefixEnd("c/");
+  w.start_revision = *first;
+  bool canceled = false;
+  Status st = client_->Watch(
+      w,
+      [&](const WatchResponse& r) {
+        if (r.canceled) canceled = r.compact_revision >= *now;
+        return true;
+      },
+      stop);
+  EXPECT_TRUE(IsCompacted(st)) << st.ToString();
+  EXPECT_TRUE(canceled);
+  RangeRequest old;
+  old.key = "c/a";
+  old.revision = *first;
+  EXPECT_TRUE(IsCompacted(client_->Range(old).status()));
+}
+
+TEST_F(EtcdClientTest, UnreachableEtcdFailsFastAndEndpointsFailOver) {
+  // A dead endpoint first: the client moves on to the live one and sticks to it.
+  const std::string dead = "http://127.0.0.1:" + std::to_string(kvfs::testing::FreeLoopbackPort());
+  auto c = NewClient({dead, server_.endpoint()});
+  ASSERT_TRUE(c->Put("f", "1").ok());
+  EXPECT_EQ(c->endpoint(), server_.endpoint());
+  // Nothing answering at all: a connection error within the timeouts, not a hang.
+  auto none = NewClient({dead});
+  Status st = none->Put("f", "1").status();
+  EXPECT_TRUE(IsUnreachable(st)) << st.ToString();
+  // A frozen etcd: the request deadline.
+  server_.Pause();
+  st = client_->Put("f", "2").status();
+  server_.Resume();
+  EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
+  EXPECT_TRUE(client_->Put("f", "3").ok());
+}
+
+}  // namespace
+}  // namespace kvfs::etcd
