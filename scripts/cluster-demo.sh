@@ -88,6 +88,12 @@ step "kill -9 node 2 (pid ${PID[2]}): its lease expires, the others copy what it
 kill -9 "${PID[2]}"
 fusermount3 -u "$WORK/n2/mnt" 2>/dev/null || umount -l "$WORK/n2/mnt" 2>/dev/null || true
 t0=$(date +%s)
+for _ in $(seq 100); do  # the lease (3 s here) runs out
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if any(n["id"]==2 and n["state"]=="down" for n in d["nodes"]) else 1)' \
+    "$WORK/n1/mnt/.kvfs/nodes" && break
+  sleep 0.2
+done
+echo "node 2 is down for the cluster after $(( $(date +%s) - t0 )) s"
 for _ in $(seq 120); do
   bad=0
   for f in "$WORK"/n1/mnt/llama3-8b/*.kv; do
@@ -98,7 +104,7 @@ for _ in $(seq 120); do
   [ "$bad" -eq 0 ] && break
   sleep 0.5
 done
-echo "every chunk has 2 live copies again after $(( $(date +%s) - t0 )) s"
+echo "every chunk has 2 live copies again, $(( $(date +%s) - t0 )) s after the kill"
 show "$KVFSCTL" nodes "$WORK/n1/mnt" || true
 for f in "$WORK"/src/*.kv; do cmp "$f" "$WORK/n3/mnt/llama3-8b/$(basename "$f")"; done
 echo "node 3 still reads all $CHUNKS chunks byte for byte"

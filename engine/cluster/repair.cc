@@ -126,11 +126,13 @@ void Repairer::RunOnce() {
   // Drained: draining, and no chunk needs this node's copy any more (cleared by an undrain).
   s.membership_->SetDrained(s.membership_->IsDraining(self) && !self_needed && work.empty());
 
+  size_t left = work.size();
   for (const Item& item : work) {
     {
       std::lock_guard lock(mu_);
       if (stop_) return;
     }
+    pending_ = left--;  // this one and the ones after it
     size_t good = 0;
     for (NodeId n : item.holders) good += std::count(targets.begin(), targets.end(), n);
     NodeId target = 0;
@@ -186,6 +188,7 @@ void Repairer::RunOnce() {
     spdlog::info("cluster: chunk {} copied to node {} (holders now {})", Hex16(item.chunk), target,
                  holders.size());
   }
+  pending_ = 0;  // what failed is found again by the next pass
 }
 
 }  // namespace kvfs::cluster
