@@ -206,21 +206,25 @@ Result<size_t> Namespace::Read(FileHandle* fh, uint64_t offset, void* out, size_
   } else if (fh->layout) {
     n = store_->Read(fh->layout, offset, out, len);
   }
-  if (n.ok() && !fh->noatime) {
-    std::lock_guard lock(mu_);
-    if (Inode* in = Find(fh->ino)) TouchAtime(in);
-  }
+  if (n.ok()) NoteRead(fh);
   return n;
+}
+
+void Namespace::NoteRead(FileHandle* fh) {
+  if (fh->noatime) return;
+  // atime moves at most once a second per inode (TouchAtime); a handle checks that second
+  // first without the namespace lock, so a stream of reads takes it about once a second.
+  const int64_t second = Now().sec;
+  if (fh->atime_second.exchange(second, std::memory_order_relaxed) == second) return;
+  std::lock_guard lock(mu_);
+  if (Inode* in = Find(fh->ino)) TouchAtime(in);
 }
 
 Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t len) {
   if (fh->reader && !fh->session) {
     Result<ReadView> view = fh->reader->Read(offset, len);
     if (view.ok()) {
-      if (!fh->noatime) {
-        std::lock_guard lock(mu_);
-        if (Inode* in = Find(fh->ino)) TouchAtime(in);
-      }
+      NoteRead(fh);
       return view;
     }
     // Read owns the error semantics (EIO, dropping a corrupt record): let it read again.

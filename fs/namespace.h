@@ -30,6 +30,7 @@
 #include "kvfs/chunk_store.h"
 #include "kvfs/object.h"
 #include "kvfs/status.h"
+#include "open_file.h"
 
 namespace kvfs::fs {
 
@@ -48,16 +49,6 @@ class InvalidationSink {
   virtual void InvalidateInode(uint64_t ino, bool data) = 0;
   // A name vanished without a request from the kernel (the store dropped its record).
   virtual void InvalidateEntry(uint64_t /*parent*/, const std::string& /*name*/) {}
-};
-
-// The staging of the next version of one file, shared by every handle open for writing on it.
-struct WriteSession {
-  std::mutex mu;
-  std::unique_ptr<ChunkWriter> writer;
-  bool dirty = false;             // written, truncated or created since the last publish
-  std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
-  uint32_t handles = 0;           // guarded by Namespace::mu_
-  uint64_t view = 0;              // its view's id for the page cache (Inode::cache_view)
 };
 
 struct Directory {
@@ -102,29 +93,6 @@ struct Inode {
   // Monotonic seconds when a writer last opened this published file in place (0: never);
   // readers that open within kRewriteQuietSeconds of it use direct I/O (file_handle.cc).
   int64_t rewritten_at = 0;
-};
-
-// One open file: what fuse_file_info::fh points to.
-struct FileHandle {
-  uint64_t ino = 0;
-  bool can_write = false;
-  LayoutRef layout;                       // read-only handles: the version current at open
-  std::shared_ptr<WriteSession> session;  // writable handles
-  // Read-only handles on a store that has one: verified segments, read ahead (file_handle.cc).
-  std::unique_ptr<ChunkReader> reader;
-  // What the kernel is told at open.
-  bool direct_io = false;
-  bool keep_cache = false;
-  // Opened with O_NOATIME (the kernel checked the caller may): reads leave atime alone, so a
-  // backup or checksum scan does not reorder an atime-based evictor's view.
-  bool noatime = false;
-  // O_APPEND: every write lands at the end of the session's content, wherever the kernel
-  // thought the end was (its i_size may describe another handle's view).
-  bool append = false;
-  // Reads and writes go through the kernel's page cache (not direct_io): the handle is one of
-  // its inode's cache_handles, on view `view`.
-  bool page_cache = false;
-  uint64_t view = 0;
 };
 
 struct EntryInfo {
@@ -323,6 +291,7 @@ class Namespace {
   uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
   Status PublishLocked(FileHandle* fh);             // session->mu held
   void TouchAtime(Inode* in);                       // mu_ held
+  void NoteRead(FileHandle* fh);                    // a read on fh: atime, without mu_ mostly
   // namespace_remote.cc, mu_ held: the names whose dentries and the inodes whose caches went
   // stale are appended for the caller to announce after unlocking.
   struct Stale {

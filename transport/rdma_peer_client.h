@@ -25,33 +25,13 @@ class RdmaPeerClient : public PeerClient {
 
   const PeerAddress& address() const override { return tcp_.address(); }
   Status Ping(const CallOptions& call) override { return tcp_.Ping(call); }
-  Result<wire::LookupReply> Lookup(const wire::LookupRequest& req,
-                                   const CallOptions& call) override {
-    return tcp_.Lookup(req, call);
-  }
-  Result<wire::ListReply> List(const wire::ListRequest& req, const CallOptions& call) override {
-    return tcp_.List(req, call);
-  }
   Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
                              const CallOptions& call) override;
   Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data,
                              const CallOptions& call) override {
     return tcp_.Put(req, data, call);
   }
-  Status Remove(const wire::RemoveRequest& req, const CallOptions& call) override {
-    return tcp_.Remove(req, call);
-  }
-  Status Rename(const wire::RenameRequest& req, const CallOptions& call) override {
-    return tcp_.Rename(req, call);
-  }
   Result<StoreStats> Stats(const CallOptions& call) override { return tcp_.Stats(call); }
-  Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) override {
-    return tcp_.PushNamespace(update, call);
-  }
-  Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
-                                              const CallOptions& call) override {
-    return tcp_.PullNamespace(req, call);
-  }
 
  private:
   // The endpoint and the registrations made in its protection domain live and die together;

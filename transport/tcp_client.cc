@@ -203,15 +203,6 @@ Status TcpPeerClient::Ping(const CallOptions& call) {
   return Simple<wire::Pong>(MsgType::kPing, wire::Encode(wire::Ping{}), call).status();
 }
 
-Result<wire::LookupReply> TcpPeerClient::Lookup(const wire::LookupRequest& req,
-                                                const CallOptions& call) {
-  return Simple<wire::LookupReply>(MsgType::kLookup, wire::Encode(req), call);
-}
-
-Result<wire::ListReply> TcpPeerClient::List(const wire::ListRequest& req, const CallOptions& call) {
-  return Simple<wire::ListReply>(MsgType::kList, wire::Encode(req), call);
-}
-
 Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span<uint8_t> out,
                                           const CallOptions& call) {
   if (out.size() < req.length) return Status::Invalid("GET buffer smaller than the range");
@@ -329,25 +320,8 @@ Result<wire::PutReply> TcpPeerClient::Put(const wire::PutRequest& req,
   return reply;
 }
 
-Status TcpPeerClient::Remove(const wire::RemoveRequest& req, const CallOptions& call) {
-  return Simple<wire::RemoveReply>(MsgType::kRemove, wire::Encode(req), call).status();
-}
-
-Status TcpPeerClient::Rename(const wire::RenameRequest& req, const CallOptions& call) {
-  return Simple<wire::RenameReply>(MsgType::kRename, wire::Encode(req), call).status();
-}
-
 Result<StoreStats> TcpPeerClient::Stats(const CallOptions& call) {
   return Simple<StoreStats>(MsgType::kStats, wire::Encode(wire::StatsRequest{}), call);
-}
-
-Status TcpPeerClient::PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) {
-  return Simple<wire::NamespaceAck>(MsgType::kNamespacePush, wire::Encode(update), call).status();
-}
-
-Result<wire::NamespaceUpdate> TcpPeerClient::PullNamespace(const wire::NamespacePullRequest& req,
-                                                           const CallOptions& call) {
-  return Simple<wire::NamespaceUpdate>(MsgType::kNamespacePull, wire::Encode(req), call);
 }
 
 }  // namespace kvfs

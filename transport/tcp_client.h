@@ -26,19 +26,11 @@ class TcpPeerClient : public PeerClient {
 
   const PeerAddress& address() const override { return peer_; }
   Status Ping(const CallOptions& call) override;
-  Result<wire::LookupReply> Lookup(const wire::LookupRequest& req,
-                                   const CallOptions& call) override;
-  Result<wire::ListReply> List(const wire::ListRequest& req, const CallOptions& call) override;
   Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
                              const CallOptions& call) override;
   Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data,
                              const CallOptions& call) override;
-  Status Remove(const wire::RemoveRequest& req, const CallOptions& call) override;
-  Status Rename(const wire::RenameRequest& req, const CallOptions& call) override;
   Result<StoreStats> Stats(const CallOptions& call) override;
-  Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call) override;
-  Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
-                                              const CallOptions& call) override;
 
   // One request/response exchange (used by the typed calls above and by the RDMA client for
   // its control messages). The answer's data, if any, goes where `sink` says. A remote ERROR

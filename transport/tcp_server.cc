@@ -320,25 +320,6 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       answer->meta = wire::Encode(wire::Pong{});
       return Status::Ok();
     }
-    case MsgType::kLookup: {
-      wire::LookupRequest req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      auto r = Guard([&] { return handler_->Lookup(req); });
-      if (!r.ok()) return r.status();
-      answer->meta = wire::Encode(*r);
-      return Status::Ok();
-    }
-    case MsgType::kList: {
-      wire::ListRequest req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      auto r = Guard([&] { return handler_->List(req); });
-      if (!r.ok()) return r.status();
-      answer->meta = wire::Encode(*r);
-      if (answer->meta.size() > options_.max_frame - kFrameSlack) {
-        return Status::Error(EMSGSIZE, "LIST page too large; ask for fewer entries");
-      }
-      return Status::Ok();
-    }
     case MsgType::kGet: {
       wire::GetRequest req;
       KVFS_RETURN_IF_ERROR(decode(&req));
@@ -396,20 +377,6 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       answer->meta = wire::Encode(*r);
       return Status::Ok();
     }
-    case MsgType::kRemove: {
-      wire::RemoveRequest req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      KVFS_RETURN_IF_ERROR(Guard([&] { return handler_->Remove(req); }));
-      answer->meta = wire::Encode(wire::RemoveReply{});
-      return Status::Ok();
-    }
-    case MsgType::kRename: {
-      wire::RenameRequest req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      KVFS_RETURN_IF_ERROR(Guard([&] { return handler_->Rename(req); }));
-      answer->meta = wire::Encode(wire::RenameReply{});
-      return Status::Ok();
-    }
     case MsgType::kStats: {
       wire::StatsRequest req;
       KVFS_RETURN_IF_ERROR(decode(&req));
@@ -423,24 +390,6 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       KVFS_RETURN_IF_ERROR(decode(&req));
       if (RemoteReadExporter* exporter = exporter_.load()) exporter->Release(req.token);
       answer->meta = wire::Encode(req);
-      return Status::Ok();
-    }
-    case MsgType::kNamespacePush: {
-      wire::NamespaceUpdate req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      KVFS_RETURN_IF_ERROR(Guard([&] { return handler_->ApplyNamespace(req); }));
-      answer->meta = wire::Encode(wire::NamespaceAck{});
-      return Status::Ok();
-    }
-    case MsgType::kNamespacePull: {
-      wire::NamespacePullRequest req;
-      KVFS_RETURN_IF_ERROR(decode(&req));
-      auto r = Guard([&] { return handler_->PullNamespace(req); });
-      if (!r.ok()) return r.status();
-      answer->meta = wire::Encode(*r);
-      if (answer->meta.size() > options_.max_frame - kFrameSlack) {
-        return Status::Error(EMSGSIZE, "namespace too large for one frame");
-      }
       return Status::Ok();
     }
     case MsgType::kHello:

@@ -17,9 +17,6 @@ Status Malformed(std::string_view what) {
 
 namespace {
 
-// In a namespace record's type byte: the record ends with rdev and hard links.
-constexpr uint8_t kRecordExtended = 0x80;
-
 void PutLe(uint8_t* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -39,31 +36,6 @@ Timespec64 GetTime(ByteReader& r) {
   t.nsec = r.I64();
   if (t.nsec < 0 || t.nsec >= 1000000000) r.Fail();
   return t;
-}
-
-void PutInfo(ByteWriter& w, const ObjectInfo& m) {
-  w.U8(m.exists ? 1 : 0);
-  w.U8(static_cast<uint8_t>(m.type));
-  w.U32(m.mode);
-  w.U32(m.flags);
-  w.U64(m.size);
-  PutTime(w, m.mtime);
-  w.U64(m.id);
-  w.U64(m.version);
-}
-ObjectInfo GetInfo(ByteReader& r) {
-  ObjectInfo m;
-  m.exists = r.Bool();
-  uint8_t type = r.U8();
-  if (type < 1 || type > kMaxObjectType) r.Fail();
-  m.type = static_cast<ObjectType>(type);
-  m.mode = r.U32();
-  m.flags = r.U32();
-  m.size = r.U64();
-  m.mtime = GetTime(r);
-  m.id = r.U64();
-  m.version = r.U64();
-  return m;
 }
 
 template <typename T, typename Fn>
@@ -92,30 +64,35 @@ std::string_view MsgTypeName(MsgType type) {
       return "AUTH_OK";
     case MsgType::kPing:
       return "PING";
-    case MsgType::kLookup:
-      return "LOOKUP";
-    case MsgType::kList:
-      return "LIST";
     case MsgType::kGet:
       return "GET";
     case MsgType::kPut:
       return "PUT";
-    case MsgType::kRemove:
-      return "REMOVE";
-    case MsgType::kRename:
-      return "RENAME";
     case MsgType::kStats:
       return "STATS";
     case MsgType::kError:
       return "ERROR";
     case MsgType::kRdmaRelease:
       return "RDMA_RELEASE";
-    case MsgType::kNamespacePush:
-      return "NAMESPACE_PUSH";
-    case MsgType::kNamespacePull:
-      return "NAMESPACE_PULL";
   }
   return "UNKNOWN";
+}
+
+bool KnownMsgType(uint16_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kHello:
+    case MsgType::kChallenge:
+    case MsgType::kAuth:
+    case MsgType::kAuthOk:
+    case MsgType::kPing:
+    case MsgType::kGet:
+    case MsgType::kPut:
+    case MsgType::kStats:
+    case MsgType::kError:
+    case MsgType::kRdmaRelease:
+      return true;
+  }
+  return false;
 }
 
 bool MayCarryData(MsgType type, uint32_t flags) {
@@ -145,7 +122,7 @@ Status DecodeHeader(std::span<const uint8_t> bytes, uint32_t max_frame, FrameHea
     return Status::Error(EPROTO, "unsupported protocol version " + std::to_string(version));
   }
   const uint64_t type = GetLe(p + 6, 2);
-  if (type < 1 || type > kMaxMsgType) {
+  if (!KnownMsgType(static_cast<uint16_t>(type))) {
     return Status::Error(EPROTO, "unknown message type " + std::to_string(type));
   }
   const uint32_t flags = static_cast<uint32_t>(GetLe(p + 8, 4));
@@ -259,68 +236,6 @@ Status Decode(std::span<const uint8_t> b, Pong*) {
   return b.empty() ? Status::Ok() : Malformed("PING response");
 }
 
-std::string Encode(const ObjectInfo& m) { return EncodeWith(m, PutInfo); }
-Status Decode(std::span<const uint8_t> b, ObjectInfo* m) {
-  ByteReader r(b);
-  *m = GetInfo(r);
-  return Finish(r, "LOOKUP response");
-}
-
-std::string Encode(const LookupRequest& m) {
-  return EncodeWith(m, [](ByteWriter& w, const LookupRequest& v) { w.Str(v.path); });
-}
-Status Decode(std::span<const uint8_t> b, LookupRequest* m) {
-  ByteReader r(b);
-  m->path = r.Str(kMaxPathLen);
-  return Finish(r, "LOOKUP");
-}
-
-std::string Encode(const ListRequest& m) {
-  return EncodeWith(m, [](ByteWriter& w, const ListRequest& v) {
-    w.Str(v.path);
-    w.Str(v.cursor);
-    w.U32(v.max_entries);
-  });
-}
-Status Decode(std::span<const uint8_t> b, ListRequest* m) {
-  ByteReader r(b);
-  m->path = r.Str(kMaxPathLen);
-  m->cursor = r.Str(kMaxPathLen);
-  m->max_entries = r.U32();
-  if (m->max_entries == 0 || m->max_entries > kMaxListEntries) r.Fail();
-  return Finish(r, "LIST");
-}
-
-std::string Encode(const ListReply& m) {
-  return EncodeWith(m, [](ByteWriter& w, const ListReply& v) {
-    w.U32(static_cast<uint32_t>(v.entries.size()));
-    for (const DirEntry& e : v.entries) {
-      w.Str(e.name);
-      PutInfo(w, e.info);
-    }
-    w.Str(v.next_cursor);
-    w.U8(v.done ? 1 : 0);
-  });
-}
-Status Decode(std::span<const uint8_t> b, ListReply* m) {
-  ByteReader r(b);
-  const uint32_t n = r.U32();
-  // Each entry takes at least 4 + 50 bytes, so a count past what the bytes can hold is a lie
-  // and must not drive a huge reserve().
-  if (n > kMaxListEntries || n > r.remaining() / 54) r.Fail();
-  m->entries.clear();
-  if (r.ok()) m->entries.reserve(n);
-  for (uint32_t i = 0; i < n && r.ok(); ++i) {
-    DirEntry e;
-    e.name = r.Str(kMaxNameLen);
-    e.info = GetInfo(r);
-    m->entries.push_back(std::move(e));
-  }
-  m->next_cursor = r.Str(kMaxPathLen);
-  m->done = r.Bool();
-  return Finish(r, "LIST response");
-}
-
 std::string Encode(const GetRequest& m) {
   return EncodeWith(m, [](ByteWriter& w, const GetRequest& v) {
     w.Str(v.key);
@@ -410,39 +325,6 @@ Status Decode(std::span<const uint8_t> b, PutReply* m) {
   return Finish(r, "PUT response");
 }
 
-std::string Encode(const RemoveRequest& m) {
-  return EncodeWith(m, [](ByteWriter& w, const RemoveRequest& v) { w.Str(v.path); });
-}
-Status Decode(std::span<const uint8_t> b, RemoveRequest* m) {
-  ByteReader r(b);
-  m->path = r.Str(kMaxPathLen);
-  return Finish(r, "REMOVE");
-}
-std::string Encode(const RemoveReply&) { return {}; }
-Status Decode(std::span<const uint8_t> b, RemoveReply*) {
-  return b.empty() ? Status::Ok() : Malformed("REMOVE response");
-}
-
-std::string Encode(const RenameRequest& m) {
-  return EncodeWith(m, [](ByteWriter& w, const RenameRequest& v) {
-    w.Str(v.from);
-    w.Str(v.to);
-    w.U32(v.flags);
-  });
-}
-Status Decode(std::span<const uint8_t> b, RenameRequest* m) {
-  ByteReader r(b);
-  m->from = r.Str(kMaxPathLen);
-  m->to = r.Str(kMaxPathLen);
-  m->flags = r.U32();
-  if (m->flags & ~static_cast<uint32_t>(kRenameNoReplace)) r.Fail();
-  return Finish(r, "RENAME");
-}
-std::string Encode(const RenameReply&) { return {}; }
-Status Decode(std::span<const uint8_t> b, RenameReply*) {
-  return b.empty() ? Status::Ok() : Malformed("RENAME response");
-}
-
 std::string Encode(const StatsRequest&) { return {}; }
 Status Decode(std::span<const uint8_t> b, StatsRequest*) {
   return b.empty() ? Status::Ok() : Malformed("STATS");
@@ -494,121 +376,6 @@ Status Decode(std::span<const uint8_t> b, RdmaRelease* m) {
   ByteReader r(b);
   m->token = r.U64();
   return Finish(r, "RDMA_RELEASE");
-}
-
-std::string Encode(const NamespaceUpdate& m) {
-  return EncodeWith(m, [](ByteWriter& w, const NamespaceUpdate& v) {
-    w.U16(v.origin);
-    w.U32(static_cast<uint32_t>(v.puts.size()));
-    for (const NamespaceRecord& p : v.puts) {
-      const bool extended = p.rdev != 0 || !p.extra_links.empty();
-      w.U64(p.id);
-      w.U64(p.parent);
-      w.Str(p.name);
-      w.U8(static_cast<uint8_t>(p.type) | (extended ? kRecordExtended : 0));
-      w.U32(p.mode);
-      w.U32(p.uid);
-      w.U32(p.gid);
-      w.U32(p.flags);
-      PutTime(w, p.atime);
-      PutTime(w, p.mtime);
-      PutTime(w, p.ctime);
-      w.Str(p.symlink_target);
-      w.U64(p.prefix_parent);
-      w.U64(p.size);
-      w.Str(p.chunk_key);
-      w.U32(static_cast<uint32_t>(p.replicas.size()));
-      for (uint16_t n : p.replicas) w.U16(n);
-      w.U64(p.stamp);
-      w.U16(p.origin);
-      if (!extended) continue;
-      w.U64(p.rdev);
-      w.U32(static_cast<uint32_t>(p.extra_links.size()));
-      for (const Link& l : p.extra_links) {
-        w.U64(l.parent);
-        w.Str(l.name);
-      }
-    }
-    w.U32(static_cast<uint32_t>(v.removes.size()));
-    for (const NamespaceRemove& r : v.removes) {
-      w.U64(r.id);
-      w.U64(r.stamp);
-      w.U16(r.origin);
-    }
-  });
-}
-Status Decode(std::span<const uint8_t> b, NamespaceUpdate* m) {
-  ByteReader r(b);
-  m->origin = r.U16();
-  // The smallest encoded record is well over 64 bytes: a count the remaining bytes cannot hold
-  // is malformed, checked before any allocation.
-  const uint32_t np = r.U32();
-  if (np > kMaxNamespaceRecords || np > r.remaining() / 64) r.Fail();
-  m->puts.clear();
-  for (uint32_t i = 0; i < np && r.ok(); ++i) {
-    NamespaceRecord p;
-    p.id = r.U64();
-    p.parent = r.U64();
-    p.name = r.Str(kMaxNameLen);
-    const uint8_t type_byte = r.U8();
-    const uint8_t type = type_byte & ~kRecordExtended;
-    if (type < 1 || type > kMaxObjectType) r.Fail();
-    p.type = static_cast<ObjectType>(type);
-    p.mode = r.U32();
-    p.uid = r.U32();
-    p.gid = r.U32();
-    p.flags = r.U32();
-    p.atime = GetTime(r);
-    p.mtime = GetTime(r);
-    p.ctime = GetTime(r);
-    p.symlink_target = r.Str(kMaxPathLen);
-    p.prefix_parent = r.U64();
-    p.size = r.U64();
-    p.chunk_key = r.Str(kMaxChunkKeyLen);
-    const uint32_t nr = r.U32();
-    if (nr > kMaxReplicas || nr > r.remaining() / 2) r.Fail();
-    for (uint32_t j = 0; j < nr && r.ok(); ++j) p.replicas.push_back(r.U16());
-    p.stamp = r.U64();
-    p.origin = r.U16();
-    if (type_byte & kRecordExtended) {
-      p.rdev = r.U64();
-      const uint32_t nl = r.U32();
-      // A link is at least 12 bytes (parent and the name's length).
-      if (nl >= kMaxLinks || nl > r.remaining() / 12) r.Fail();
-      for (uint32_t j = 0; j < nl && r.ok(); ++j) {
-        Link l;
-        l.parent = r.U64();
-        l.name = r.Str(kMaxNameLen);
-        p.extra_links.push_back(std::move(l));
-      }
-    }
-    m->puts.push_back(std::move(p));
-  }
-  const uint32_t nrm = r.U32();
-  if (nrm > kMaxNamespaceRecords || nrm > r.remaining() / 18) r.Fail();
-  m->removes.clear();
-  for (uint32_t i = 0; i < nrm && r.ok(); ++i) {
-    NamespaceRemove x;
-    x.id = r.U64();
-    x.stamp = r.U64();
-    x.origin = r.U16();
-    m->removes.push_back(x);
-  }
-  return Finish(r, "NAMESPACE");
-}
-
-std::string Encode(const NamespaceAck&) { return {}; }
-Status Decode(std::span<const uint8_t> b, NamespaceAck*) {
-  return b.empty() ? Status::Ok() : Malformed("NAMESPACE_PUSH response");
-}
-
-std::string Encode(const NamespacePullRequest& m) {
-  return EncodeWith(m, [](ByteWriter& w, const NamespacePullRequest& v) { w.U16(v.node); });
-}
-Status Decode(std::span<const uint8_t> b, NamespacePullRequest* m) {
-  ByteReader r(b);
-  m->node = r.U16();
-  return Finish(r, "NAMESPACE_PULL");
 }
 
 }  // namespace kvfs::wire

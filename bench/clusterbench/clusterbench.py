@@ -230,10 +230,18 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
+    def progress(what, value):
+        print(f"clusterbench: {what}: {json.dumps(value)}", file=sys.stderr, flush=True)
     base = single_node(args)
-    runs = {n: cluster_run(n, args) for n in args.nodes}
+    progress("single node", base)
+    runs = {}
+    for n in args.nodes:
+        runs[n] = cluster_run(n, args)
+        progress(f"{n} nodes", runs[n])
     big = big_namespace(args)
+    progress("late joiner", big)
     rep = repair(args)
+    progress("repair", rep)
 
     if args.json:
         print(json.dumps({"single": base, "cluster": runs, "big": big, "repair": rep}, indent=2))

@@ -95,18 +95,6 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Status SetDraining(uint16_t node, bool draining) override;
 
   // RequestHandler (peers)
-  Result<wire::LookupReply> Lookup(const wire::LookupRequest&) override {
-    return Status::Error(EOPNOTSUPP, "names are answered by etcd");
-  }
-  Result<wire::ListReply> List(const wire::ListRequest&) override {
-    return Status::Error(EOPNOTSUPP, "names are answered by etcd");
-  }
-  Status Remove(const wire::RemoveRequest&) override {
-    return Status::Error(EOPNOTSUPP, "names are changed through etcd");
-  }
-  Status Rename(const wire::RenameRequest&) override {
-    return Status::Error(EOPNOTSUPP, "names are changed through etcd");
-  }
   Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) override;
   Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data) override;
   Result<StoreStats> Stats() override { return static_cast<const ClusterStore*>(this)->Stats(); }

@@ -94,10 +94,6 @@ class PeerClient {
   virtual const PeerAddress& address() const = 0;
 
   virtual Status Ping(const CallOptions& call = {}) = 0;
-  virtual Result<wire::LookupReply> Lookup(const wire::LookupRequest& req,
-                                           const CallOptions& call = {}) = 0;
-  virtual Result<wire::ListReply> List(const wire::ListRequest& req,
-                                       const CallOptions& call = {}) = 0;
   // Reads up to req.length bytes into `out` (which must hold req.length bytes); the reply says
   // how many arrived (fewer at the end of the chunk). req.length must fit one frame
   // (max_frame - 4 KiB); callers split larger ranges.
@@ -106,22 +102,7 @@ class PeerClient {
   // Publishes `data` atomically under req.key (req.length is set from data.size()).
   virtual Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data,
                                      const CallOptions& call = {}) = 0;
-  virtual Status Remove(const wire::RemoveRequest& req, const CallOptions& call = {}) = 0;
-  virtual Status Rename(const wire::RenameRequest& req, const CallOptions& call = {}) = 0;
   virtual Result<StoreStats> Stats(const CallOptions& call = {}) = 0;
-  // Cluster namespace replication (engine/cluster). Not pure so that clients that predate the
-  // cluster (test doubles) keep compiling; they answer EOPNOTSUPP.
-  virtual Status PushNamespace(const wire::NamespaceUpdate& update, const CallOptions& call = {}) {
-    (void)update;
-    (void)call;
-    return Status::Error(EOPNOTSUPP, "namespace push not supported by this client");
-  }
-  virtual Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req,
-                                                      const CallOptions& call = {}) {
-    (void)req;
-    (void)call;
-    return Status::Error(EOPNOTSUPP, "namespace pull not supported by this client");
-  }
 };
 
 // Creates a client for one peer. Connections are opened lazily (and re-opened after a failure)
@@ -137,27 +118,13 @@ Result<std::unique_ptr<PeerClient>> MakePeerClient(const PeerAddress& peer,
 class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
-  virtual Result<wire::LookupReply> Lookup(const wire::LookupRequest& req) = 0;
-  virtual Result<wire::ListReply> List(const wire::ListRequest& req) = 0;
   // Fills `out` (sized min(req.length, the frame's room)) from the chunk; returns the reply with
   // length = bytes written into out.
   virtual Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) = 0;
   // `data` (req.length bytes) is valid only during the call.
   virtual Result<wire::PutReply> Put(const wire::PutRequest& req,
                                      std::span<const uint8_t> data) = 0;
-  virtual Status Remove(const wire::RemoveRequest& req) = 0;
-  virtual Status Rename(const wire::RenameRequest& req) = 0;
   virtual Result<StoreStats> Stats() = 0;
-  // A peer's namespace change / a request for this node's whole namespace (cluster store only;
-  // other handlers answer EOPNOTSUPP).
-  virtual Status ApplyNamespace(const wire::NamespaceUpdate& update) {
-    (void)update;
-    return Status::Error(EOPNOTSUPP, "no cluster namespace on this node");
-  }
-  virtual Result<wire::NamespaceUpdate> PullNamespace(const wire::NamespacePullRequest& req) {
-    (void)req;
-    return Status::Error(EOPNOTSUPP, "no cluster namespace on this node");
-  }
 };
 
 struct ServerOptions {

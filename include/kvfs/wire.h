@@ -45,7 +45,6 @@ constexpr uint32_t kDefaultMaxFrame = 96u << 20;
 constexpr size_t kMaxPathLen = 4096;
 constexpr size_t kMaxNameLen = 255;
 constexpr size_t kMaxMessageLen = 4096;
-constexpr size_t kMaxListEntries = 65536;
 constexpr size_t kNonceSize = 32;
 constexpr size_t kProofSize = 32;  // HMAC-SHA256
 
@@ -55,21 +54,17 @@ enum class MsgType : uint16_t {
   kAuth = 3,       // client -> server: client proof
   kAuthOk = 4,     // server -> client: server proof
   kPing = 5,
-  kLookup = 6,
-  kList = 7,
+  // 6, 7, 10, 11, 15 and 16 were LOOKUP, LIST, REMOVE, RENAME and the namespace push/pull of
+  // the cluster before etcd held its namespace: retired, refused as unknown, never reused.
   kGet = 8,
   kPut = 9,
-  kRemove = 10,
-  kRename = 11,
   kStats = 12,
   kError = 13,        // a response only: errno + message
   kRdmaRelease = 14,  // client -> server: done READing a granted buffer
-  // Cluster namespace (engine/cluster): a node pushes the records of one of its changes to every
-  // peer; a (re)joining node pulls a peer's whole namespace to catch up on what it missed.
-  kNamespacePush = 15,
-  kNamespacePull = 16,
 };
-constexpr uint16_t kMaxMsgType = 16;
+constexpr uint16_t kMaxMsgType = 14;
+// Whether `type` is a message this protocol version has (the retired numbers are not).
+bool KnownMsgType(uint16_t type);
 std::string_view MsgTypeName(MsgType type);
 
 enum FrameFlags : uint32_t {
@@ -137,39 +132,6 @@ struct AuthOk {
 struct Ping {};
 struct Pong {};
 
-// What a peer knows about one name. `version` changes with every publish of the name, so a
-// reader can tell that a GET served a different version than the one it looked up.
-struct ObjectInfo {
-  bool exists = false;
-  ObjectType type = ObjectType::kFile;
-  uint32_t mode = 0;
-  uint32_t flags = 0;
-  uint64_t size = 0;
-  Timespec64 mtime;
-  uint64_t id = 0;       // the object id on the serving node
-  uint64_t version = 0;  // 0 = unknown
-};
-
-struct LookupRequest {
-  std::string path;
-};
-using LookupReply = ObjectInfo;
-
-struct ListRequest {
-  std::string path;    // the directory
-  std::string cursor;  // "" = from the start; otherwise a ListReply::next_cursor
-  uint32_t max_entries = 1024;
-};
-struct DirEntry {
-  std::string name;
-  ObjectInfo info;
-};
-struct ListReply {
-  std::vector<DirEntry> entries;
-  std::string next_cursor;  // pass back to continue
-  bool done = true;         // no entries after these
-};
-
 // GET reads [offset, offset + length) of a chunk, named by path or by an object key.
 struct GetRequest {
   std::string key;
@@ -208,19 +170,6 @@ struct PutReply {
   uint64_t version = 0;
 };
 
-struct RemoveRequest {
-  std::string path;
-};
-struct RemoveReply {};
-
-enum RenameFlags : uint32_t { kRenameNoReplace = 1u << 0 };
-struct RenameRequest {
-  std::string from;
-  std::string to;
-  uint32_t flags = 0;
-};
-struct RenameReply {};
-
 struct StatsRequest {};
 using StatsReply = StoreStats;
 
@@ -233,49 +182,6 @@ struct RdmaRelease {
   uint64_t token = 0;
 };
 
-// One namespace record as the cluster replicates it: the ObjectRecord fields plus where its
-// chunk lives. `chunk_key` is fixed at publish (origin node + object id), so a rename carries the
-// same key and never moves data. (stamp, origin) orders concurrent changes: last writer wins.
-struct NamespaceRecord {
-  uint64_t id = 0;
-  uint64_t parent = 0;
-  std::string name;
-  ObjectType type = ObjectType::kFile;
-  uint32_t mode = 0, uid = 0, gid = 0, flags = 0;
-  Timespec64 atime, mtime, ctime;
-  std::string symlink_target;
-  uint64_t prefix_parent = 0;
-  uint64_t size = 0;
-  std::string chunk_key;           // "" for directories, symlinks and empty files
-  std::vector<uint16_t> replicas;  // node ids holding the chunk, in ranking order
-  uint64_t stamp = 0;              // wall-clock nanoseconds of the change at its origin
-  uint16_t origin = 0;             // node id that made the change
-  // Encoded after `origin` only when set (flagged in the type byte), so plain records keep the
-  // original encoding.
-  uint64_t rdev = 0;
-  std::vector<Link> extra_links;  // hard links beyond (parent, name)
-};
-struct NamespaceRemove {
-  uint64_t id = 0;
-  uint64_t stamp = 0;
-  uint16_t origin = 0;
-};
-// A push carries one MetaBatch's worth of changes; a pull answer carries a whole namespace.
-struct NamespaceUpdate {
-  uint16_t origin = 0;  // the sending node
-  std::vector<NamespaceRecord> puts;
-  std::vector<NamespaceRemove> removes;
-};
-struct NamespaceAck {};
-struct NamespacePullRequest {
-  uint16_t node = 0;  // the asking node, for the peer's logs
-};
-// Caps a namespace frame's record count so a corrupt count cannot make a peer allocate wildly;
-// a pull of more records than this needs paging (not implemented yet).
-constexpr size_t kMaxNamespaceRecords = 1u << 20;
-constexpr size_t kMaxChunkKeyLen = 255;
-constexpr size_t kMaxReplicas = 64;
-
 // Encoders append the meta encoding; decoders parse exactly `bytes` (trailing bytes are an
 // error) and return EPROTO on anything malformed.
 std::string Encode(const Hello& m);
@@ -284,25 +190,14 @@ std::string Encode(const Auth& m);
 std::string Encode(const AuthOk& m);
 std::string Encode(const Ping& m);
 std::string Encode(const Pong& m);
-std::string Encode(const ObjectInfo& m);
-std::string Encode(const LookupRequest& m);
-std::string Encode(const ListRequest& m);
-std::string Encode(const ListReply& m);
 std::string Encode(const GetRequest& m);
 std::string Encode(const GetReply& m);
 std::string Encode(const PutRequest& m);
 std::string Encode(const PutReply& m);
-std::string Encode(const RemoveRequest& m);
-std::string Encode(const RemoveReply& m);
-std::string Encode(const RenameRequest& m);
-std::string Encode(const RenameReply& m);
 std::string Encode(const StatsRequest& m);
 std::string Encode(const StoreStats& m);
 std::string Encode(const ErrorReply& m);
 std::string Encode(const RdmaRelease& m);
-std::string Encode(const NamespaceUpdate& m);
-std::string Encode(const NamespaceAck& m);
-std::string Encode(const NamespacePullRequest& m);
 
 Status Decode(std::span<const uint8_t> bytes, Hello* m);
 Status Decode(std::span<const uint8_t> bytes, Challenge* m);
@@ -310,25 +205,14 @@ Status Decode(std::span<const uint8_t> bytes, Auth* m);
 Status Decode(std::span<const uint8_t> bytes, AuthOk* m);
 Status Decode(std::span<const uint8_t> bytes, Ping* m);
 Status Decode(std::span<const uint8_t> bytes, Pong* m);
-Status Decode(std::span<const uint8_t> bytes, ObjectInfo* m);
-Status Decode(std::span<const uint8_t> bytes, LookupRequest* m);
-Status Decode(std::span<const uint8_t> bytes, ListRequest* m);
-Status Decode(std::span<const uint8_t> bytes, ListReply* m);
 Status Decode(std::span<const uint8_t> bytes, GetRequest* m);
 Status Decode(std::span<const uint8_t> bytes, GetReply* m);
 Status Decode(std::span<const uint8_t> bytes, PutRequest* m);
 Status Decode(std::span<const uint8_t> bytes, PutReply* m);
-Status Decode(std::span<const uint8_t> bytes, RemoveRequest* m);
-Status Decode(std::span<const uint8_t> bytes, RemoveReply* m);
-Status Decode(std::span<const uint8_t> bytes, RenameRequest* m);
-Status Decode(std::span<const uint8_t> bytes, RenameReply* m);
 Status Decode(std::span<const uint8_t> bytes, StatsRequest* m);
 Status Decode(std::span<const uint8_t> bytes, StoreStats* m);
 Status Decode(std::span<const uint8_t> bytes, ErrorReply* m);
 Status Decode(std::span<const uint8_t> bytes, RdmaRelease* m);
-Status Decode(std::span<const uint8_t> bytes, NamespaceUpdate* m);
-Status Decode(std::span<const uint8_t> bytes, NamespaceAck* m);
-Status Decode(std::span<const uint8_t> bytes, NamespacePullRequest* m);
 
 inline std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

@@ -22,26 +22,6 @@ class MemoryHandler : public RequestHandler {
     uint64_t version = 0;
   };
 
-  Result<wire::LookupReply> Lookup(const wire::LookupRequest& req) override {
-    std::lock_guard lock(mu_);
-    wire::ObjectInfo info;
-    auto it = objects_.find(req.path);
-    if (it == objects_.end()) return info;  // exists = false: a miss is an answer, not an error
-    return InfoOf(it->second);
-  }
-
-  Result<wire::ListReply> List(const wire::ListRequest& req) override {
-    std::lock_guard lock(mu_);
-    wire::ListReply reply;
-    auto it = req.cursor.empty() ? objects_.begin() : objects_.upper_bound(req.cursor);
-    for (; it != objects_.end() && reply.entries.size() < req.max_entries; ++it) {
-      reply.entries.push_back({it->first, InfoOf(it->second)});
-    }
-    reply.done = it == objects_.end();
-    if (!reply.entries.empty()) reply.next_cursor = reply.entries.back().name;
-    return reply;
-  }
-
   Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) override {
     if (req.key == "throw") throw std::runtime_error("boom");
     WaitForConcurrency();
@@ -69,24 +49,6 @@ class MemoryHandler : public RequestHandler {
     return wire::PutReply{o.id, o.version};
   }
 
-  Status Remove(const wire::RemoveRequest& req) override {
-    std::lock_guard lock(mu_);
-    return objects_.erase(req.path) ? Status::Ok() : Status::NotFound(req.path);
-  }
-
-  Status Rename(const wire::RenameRequest& req) override {
-    std::lock_guard lock(mu_);
-    auto it = objects_.find(req.from);
-    if (it == objects_.end()) return Status::NotFound(req.from);
-    if ((req.flags & wire::kRenameNoReplace) && objects_.count(req.to)) {
-      return Status::Error(EEXIST, req.to);
-    }
-    Object o = std::move(it->second);
-    objects_.erase(it);
-    objects_[req.to] = std::move(o);
-    return Status::Ok();
-  }
-
   Result<StoreStats> Stats() override {
     std::lock_guard lock(mu_);
     StoreStats s;
@@ -105,16 +67,6 @@ class MemoryHandler : public RequestHandler {
   int max_concurrent() const { return max_concurrent_; }
 
  private:
-  static wire::ObjectInfo InfoOf(const Object& o) {
-    wire::ObjectInfo info;
-    info.exists = true;
-    info.size = o.bytes.size();
-    info.id = o.id;
-    info.version = o.version;
-    info.mode = 0644;
-    return info;
-  }
-
   void WaitForConcurrency() {
     if (want_concurrent_ <= 1) return;
     std::unique_lock lock(cmu_);

@@ -91,21 +91,21 @@ class TcpTransportTest : public ::testing::Test {
   std::unique_ptr<PeerServer> server_;
 };
 
-TEST_F(TcpTransportTest, PingLookupHitAndMiss) {
+TEST_F(TcpTransportTest, PingPutGetHitAndMiss) {
   StartServer();
   auto c = Client();
   ASSERT_TRUE(c->Ping().ok());
   std::vector<uint8_t> data = RandomBytes(1000, 1);
   auto put = c->Put({"/m/a", 0644, 0, {}, 0, 0}, data);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
-  auto hit = c->Lookup({"/m/a"});
+  std::vector<uint8_t> out(data.size());
+  auto hit = c->Get({"/m/a", 0, data.size(), 0}, out);
   ASSERT_TRUE(hit.ok());
-  EXPECT_TRUE(hit->exists);
-  EXPECT_EQ(hit->size, 1000u);
+  EXPECT_EQ(hit->object_size, 1000u);
   EXPECT_EQ(hit->version, put->version);
-  auto miss = c->Lookup({"/m/none"});
-  ASSERT_TRUE(miss.ok());
-  EXPECT_FALSE(miss->exists);
+  EXPECT_EQ(out, data);
+  auto miss = c->Get({"/m/none", 0, 10, 0}, out);
+  EXPECT_EQ(miss.status().err(), ENOENT);
 }
 
 TEST_F(TcpTransportTest, PutAndGetMultiMiBByteExact) {
@@ -188,41 +188,11 @@ TEST_F(TcpTransportTest, RemoteErrnoComesBackAndConnectionIsReused) {
   EXPECT_EQ(static_cast<TcpPeerClient*>(c.get())->open_connections(), 1u);
 }
 
-TEST_F(TcpTransportTest, ListPagesWithCursor) {
-  StartServer();
-  auto c = Client();
-  for (int i = 0; i < 25; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof name, "/d/%03d", i);
-    ASSERT_TRUE(c->Put({name, 0644, 0, {}, 0, 0}, std::span<const uint8_t>()).ok());
-  }
-  std::vector<std::string> names;
-  wire::ListRequest req{"/d", "", 10};
-  for (int pages = 0; pages < 10; ++pages) {
-    auto page = c->List(req);
-    ASSERT_TRUE(page.ok());
-    EXPECT_LE(page->entries.size(), 10u);
-    for (auto& e : page->entries) names.push_back(e.name);
-    if (page->done) break;
-    req.cursor = page->next_cursor;
-  }
-  ASSERT_EQ(names.size(), 25u);
-  EXPECT_EQ(names.front(), "/d/000");
-  EXPECT_EQ(names.back(), "/d/024");
-}
-
-TEST_F(TcpTransportTest, RemoveRenameStats) {
+TEST_F(TcpTransportTest, Stats) {
   StartServer();
   auto c = Client();
   std::vector<uint8_t> data(10, 1);
-  ASSERT_TRUE(c->Put({"/x.tmp", 0644, 0, {}, 0, 0}, data).ok());
-  ASSERT_TRUE(c->Put({"/y", 0644, 0, {}, 0, 0}, data).ok());
-  EXPECT_EQ(c->Rename({"/x.tmp", "/y", wire::kRenameNoReplace}).err(), EEXIST);
-  ASSERT_TRUE(c->Rename({"/x.tmp", "/x", 0}).ok());
-  EXPECT_TRUE(c->Lookup({"/x"})->exists);
-  EXPECT_FALSE(c->Lookup({"/x.tmp"})->exists);
-  ASSERT_TRUE(c->Remove({"/y"}).ok());
-  EXPECT_EQ(c->Remove({"/y"}).err(), ENOENT);
+  ASSERT_TRUE(c->Put({"/x", 0644, 0, {}, 0, 0}, data).ok());
   auto st = c->Stats();
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->files, 1u);
@@ -368,8 +338,8 @@ TEST_F(TcpTransportTest, MissingSecretRefused) {
 TEST_F(TcpTransportTest, RequestBeforeAuthRefused) {
   StartServer();
   Fd fd = RawConnect();
-  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kLookup, 0, 1,
-                        wire::Encode(wire::LookupRequest{"/x"}), {}, Clock::now() + 2s)
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kGet, 0, 1,
+                        wire::Encode(wire::GetRequest{"/x", 0, 10, 0}), {}, Clock::now() + 2s)
                   .ok());
   ReceivedFrame f;
   ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
@@ -427,7 +397,7 @@ TEST_F(TcpTransportTest, MalformedMetaAfterAuthClosesConnection) {
   Fd fd = RawConnect();
   RawHandshake(fd.get());
   ASSERT_TRUE(
-      SendFrame(fd.get(), wire::MsgType::kLookup, 0, 3, "\xff\xff\xff\xff", {}, Clock::now() + 2s)
+      SendFrame(fd.get(), wire::MsgType::kGet, 0, 3, "\xff\xff\xff\xff", {}, Clock::now() + 2s)
           .ok());
   ReceivedFrame f;
   ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
@@ -452,14 +422,13 @@ TEST_F(TcpTransportTest, PutWithWrongDataChecksumIsRefused) {
   ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &err).ok());
   EXPECT_EQ(err.err, EIO);
   // Nothing was stored, and the connection still serves (the framing was intact).
-  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kLookup, 0, 4,
-                        wire::Encode(wire::LookupRequest{"/crc"}), {}, Clock::now() + 2s)
+  ASSERT_TRUE(SendFrame(fd.get(), wire::MsgType::kGet, 0, 4,
+                        wire::Encode(wire::GetRequest{"/crc", 0, 10, 0}), {}, Clock::now() + 2s)
                   .ok());
   ASSERT_TRUE(RecvFrame(fd.get(), 8192, Clock::now() + 2s, false, nullptr, &f).ok());
-  ASSERT_EQ(f.header.type, wire::MsgType::kLookup);
-  wire::ObjectInfo info;
-  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &info).ok());
-  EXPECT_FALSE(info.exists);
+  ASSERT_EQ(f.header.type, wire::MsgType::kError);
+  ASSERT_TRUE(wire::Decode(wire::AsBytes(f.meta), &err).ok());
+  EXPECT_EQ(err.err, ENOENT);
 }
 
 TEST_F(TcpTransportTest, ChecksumsCanBeTurnedOff) {

@@ -15,11 +15,7 @@ std::vector<std::string> Seeds() {
   const uint8_t data[64] = {1, 2, 3};
   Hello hello{"node", {}};
   seeds.push_back(EncodeFrame(MsgType::kHello, 0, 1, Encode(hello)));
-  seeds.push_back(EncodeFrame(MsgType::kLookup, 0, 2, Encode(LookupRequest{"/a/b"})));
-  ListReply lr;
-  lr.entries.push_back({"x", ObjectInfo{}});
-  lr.entries.push_back({"y", ObjectInfo{}});
-  seeds.push_back(EncodeFrame(MsgType::kList, kFlagResponse, 3, Encode(lr)));
+  seeds.push_back(EncodeFrame(MsgType::kPing, 0, 2, Encode(Ping{})));
   seeds.push_back(EncodeFrame(MsgType::kGet, 0, 4, Encode(GetRequest{"k", 0, 64, 0})));
   seeds.push_back(
       EncodeFrame(MsgType::kGet, kFlagResponse, 4, Encode(GetReply{64, 1, 64, 0, {}}), data));
@@ -61,26 +57,6 @@ void DecodeAsPeer(const FrameView& v) {
       (void)Decode(v.meta, &m);
       break;
     }
-    case MsgType::kLookup: {
-      if (resp) {
-        ObjectInfo m;
-        (void)Decode(v.meta, &m);
-      } else {
-        LookupRequest m;
-        (void)Decode(v.meta, &m);
-      }
-      break;
-    }
-    case MsgType::kList: {
-      if (resp) {
-        ListReply m;
-        (void)Decode(v.meta, &m);
-      } else {
-        ListRequest m;
-        (void)Decode(v.meta, &m);
-      }
-      break;
-    }
     case MsgType::kGet: {
       if (resp) {
         GetReply m;
@@ -101,16 +77,6 @@ void DecodeAsPeer(const FrameView& v) {
       }
       break;
     }
-    case MsgType::kRemove: {
-      RemoveRequest m;
-      (void)Decode(v.meta, &m);
-      break;
-    }
-    case MsgType::kRename: {
-      RenameRequest m;
-      (void)Decode(v.meta, &m);
-      break;
-    }
     case MsgType::kStats: {
       if (resp) {
         StoreStats m;
@@ -124,20 +90,6 @@ void DecodeAsPeer(const FrameView& v) {
     case MsgType::kError: {
       ErrorReply m;
       (void)Decode(v.meta, &m);
-      break;
-    }
-    case MsgType::kNamespacePush:
-    case MsgType::kNamespacePull: {
-      if (resp == (v.header.type == MsgType::kNamespacePull)) {
-        NamespaceUpdate m;
-        (void)Decode(v.meta, &m);
-      } else if (resp) {
-        NamespaceAck m;
-        (void)Decode(v.meta, &m);
-      } else {
-        NamespacePullRequest m;
-        (void)Decode(v.meta, &m);
-      }
       break;
     }
     case MsgType::kRdmaRelease: {

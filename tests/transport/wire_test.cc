@@ -28,31 +28,6 @@ T RoundTrip(MsgType type, uint32_t flags, const T& msg, std::span<const uint8_t>
   return out;
 }
 
-ObjectInfo SampleInfo() {
-  ObjectInfo i;
-  i.exists = true;
-  i.type = ObjectType::kFile;
-  i.mode = 0640;
-  i.flags = kFlagPinned;
-  i.size = 32ull << 20;
-  i.mtime = {1700000000, 123456789};
-  i.id = 77;
-  i.version = 9;
-  return i;
-}
-
-void ExpectInfoEq(const ObjectInfo& a, const ObjectInfo& b) {
-  EXPECT_EQ(a.exists, b.exists);
-  EXPECT_EQ(a.type, b.type);
-  EXPECT_EQ(a.mode, b.mode);
-  EXPECT_EQ(a.flags, b.flags);
-  EXPECT_EQ(a.size, b.size);
-  EXPECT_EQ(a.mtime.sec, b.mtime.sec);
-  EXPECT_EQ(a.mtime.nsec, b.mtime.nsec);
-  EXPECT_EQ(a.id, b.id);
-  EXPECT_EQ(a.version, b.version);
-}
-
 TEST(WireHeader, RoundTripsEveryField) {
   FrameHeader h;
   h.type = MsgType::kGet;
@@ -117,39 +92,6 @@ TEST(WireMessages, PingAndPong) {
   RoundTrip(MsgType::kPing, kFlagResponse, Pong{});
 }
 
-TEST(WireMessages, Lookup) {
-  EXPECT_EQ(RoundTrip(MsgType::kLookup, 0, LookupRequest{"/llama/ab/cd.bin"}).path,
-            "/llama/ab/cd.bin");
-  ExpectInfoEq(RoundTrip(MsgType::kLookup, kFlagResponse, SampleInfo()), SampleInfo());
-  ObjectInfo missing;
-  EXPECT_FALSE(RoundTrip(MsgType::kLookup, kFlagResponse, missing).exists);
-}
-
-TEST(WireMessages, List) {
-  ListRequest req{"/dir", "cursor-17", 500};
-  ListRequest r = RoundTrip(MsgType::kList, 0, req);
-  EXPECT_EQ(r.path, "/dir");
-  EXPECT_EQ(r.cursor, "cursor-17");
-  EXPECT_EQ(r.max_entries, 500u);
-
-  ListReply reply;
-  for (int i = 0; i < 100; ++i) {
-    DirEntry e;
-    e.name = "chunk-" + std::to_string(i);
-    e.info = SampleInfo();
-    e.info.id = static_cast<uint64_t>(i);
-    reply.entries.push_back(e);
-  }
-  reply.next_cursor = "chunk-99";
-  reply.done = false;
-  ListReply out = RoundTrip(MsgType::kList, kFlagResponse, reply);
-  ASSERT_EQ(out.entries.size(), 100u);
-  EXPECT_EQ(out.entries[42].name, "chunk-42");
-  EXPECT_EQ(out.entries[42].info.id, 42u);
-  EXPECT_EQ(out.next_cursor, "chunk-99");
-  EXPECT_FALSE(out.done);
-}
-
 TEST(WireMessages, GetWithInlineData) {
   GetRequest req{"obj:1234", 4096, 1 << 20, 5};
   GetRequest r = RoundTrip(MsgType::kGet, 0, req);
@@ -201,15 +143,7 @@ TEST(WireMessages, PutWithData) {
   EXPECT_EQ(pr.version, 13u);
 }
 
-TEST(WireMessages, RemoveRenameStatsErrorRelease) {
-  EXPECT_EQ(RoundTrip(MsgType::kRemove, 0, RemoveRequest{"/x"}).path, "/x");
-  RoundTrip(MsgType::kRemove, kFlagResponse, RemoveReply{});
-  RenameRequest rn =
-      RoundTrip(MsgType::kRename, 0, RenameRequest{"/a.tmp", "/a", kRenameNoReplace});
-  EXPECT_EQ(rn.from, "/a.tmp");
-  EXPECT_EQ(rn.to, "/a");
-  EXPECT_EQ(rn.flags, static_cast<uint32_t>(kRenameNoReplace));
-  RoundTrip(MsgType::kRename, kFlagResponse, RenameReply{});
+TEST(WireMessages, StatsErrorRelease) {
   RoundTrip(MsgType::kStats, 0, StatsRequest{});
   StoreStats st;
   st.capacity_bytes = 1ull << 40;
@@ -227,49 +161,11 @@ TEST(WireMessages, RemoveRenameStatsErrorRelease) {
   EXPECT_EQ(RoundTrip(MsgType::kRdmaRelease, 0, RdmaRelease{1234}).token, 1234u);
 }
 
-TEST(WireMessages, NamespaceRecordsWithLinksAndSpecialTypes) {
-  NamespaceUpdate u;
-  u.origin = 3;
-  NamespaceRecord plain;
-  plain.id = 1;
-  plain.parent = 1;
-  plain.name = "plain";
-  NamespaceRecord linked = plain;
-  linked.id = 2;
-  linked.name = "linked";
-  linked.extra_links = {{1, "second"}, {7, "third"}};
-  NamespaceRecord dev = plain;
-  dev.id = 3;
-  dev.name = "dev";
-  dev.type = ObjectType::kBlockDevice;
-  dev.rdev = 0x801;
-  u.puts = {plain, linked, dev};
-  NamespaceUpdate back = RoundTrip(MsgType::kNamespacePush, 0, u);
-  ASSERT_EQ(back.puts.size(), 3u);
-  EXPECT_TRUE(back.puts[0].extra_links.empty());
-  EXPECT_EQ(back.puts[1].extra_links, linked.extra_links);
-  EXPECT_EQ(back.puts[2].type, ObjectType::kBlockDevice);
-  EXPECT_EQ(back.puts[2].rdev, 0x801u);
-  // A plain record keeps its original encoding: the extended one adds bytes only at its end.
-  NamespaceUpdate one;
-  one.puts = {plain};
-  NamespaceUpdate one_linked;
-  one_linked.puts = {plain};
-  one_linked.puts[0].extra_links = {{1, "x"}};
-  const std::string a = Encode(one), b = Encode(one_linked);
-  EXPECT_EQ(b.size(), a.size() + 8 + 4 + 8 + 4 + 1);
-  // An unknown object type is malformed.
-  NamespaceUpdate bad;
-  bad.puts = {plain};
-  bad.puts[0].type = static_cast<ObjectType>(8);
-  NamespaceUpdate out;
-  const std::string enc = Encode(bad);
-  EXPECT_FALSE(Decode(AsBytes(enc), &out).ok());
-}
-
 // ---- malformed frames ----
 
-std::string GoodFrame() { return EncodeFrame(MsgType::kLookup, 0, 1, Encode(LookupRequest{"/p"})); }
+std::string GoodFrame() {
+  return EncodeFrame(MsgType::kGet, 0, 1, Encode(GetRequest{"/p", 0, 1, 0}));
+}
 
 Status DecodeBytes(const std::string& bytes, uint32_t cap = kDefaultMaxFrame) {
   FrameView view;
@@ -317,7 +213,10 @@ TEST(WireMalformed, ReservedBitsWithValidChecksum) {
 }
 
 TEST(WireMalformed, UnknownType) {
-  for (uint16_t type : {uint16_t{0}, uint16_t{kMaxMsgType + 1}, uint16_t{0xffff}}) {
+  // Past the end, and the retired numbers of the old namespace messages (LOOKUP, LIST, REMOVE,
+  // RENAME, NAMESPACE_PUSH/PULL).
+  for (uint16_t type : {uint16_t{0}, uint16_t{6}, uint16_t{7}, uint16_t{10}, uint16_t{11},
+                        uint16_t{15}, uint16_t{16}, uint16_t{kMaxMsgType + 1}, uint16_t{0xffff}}) {
     std::string f = EncodeFrame(static_cast<MsgType>(type), 0, 1, "");
     Status st = DecodeBytes(f);
     EXPECT_EQ(st.err(), EPROTO) << type;
@@ -356,7 +255,7 @@ TEST(WireMalformed, MetaLengthPastPayload) {
 
 TEST(WireMalformed, DataOnAFrameThatCarriesNone) {
   const uint8_t extra[3] = {1, 2, 3};
-  std::string f = EncodeFrame(MsgType::kLookup, 0, 1, Encode(LookupRequest{"/p"}), extra);
+  std::string f = EncodeFrame(MsgType::kGet, 0, 1, Encode(GetRequest{"/p", 0, 1, 0}), extra);
   EXPECT_EQ(DecodeBytes(f).err(), EPROTO);
 }
 
@@ -370,28 +269,14 @@ TEST(WireMalformed, MetaTruncatedOrPadded) {
 }
 
 TEST(WireMalformed, FieldLimits) {
-  LookupRequest r;
-  EXPECT_EQ(Decode(AsBytes(Encode(LookupRequest{std::string(kMaxPathLen + 1, 'a')})), &r).err(),
-            EPROTO);
-  EXPECT_EQ(Decode(AsBytes(Encode(LookupRequest{std::string("a\0b", 3)})), &r).err(), EPROTO);
   GetRequest g;
+  EXPECT_EQ(
+      Decode(AsBytes(Encode(GetRequest{std::string(kMaxPathLen + 1, 'a'), 0, 1, 0})), &g).err(),
+      EPROTO);
+  EXPECT_EQ(Decode(AsBytes(Encode(GetRequest{std::string("a\0b", 3), 0, 1, 0})), &g).err(), EPROTO);
   EXPECT_EQ(Decode(AsBytes(Encode(GetRequest{"k", ~0ull, 2, 0})), &g).err(), EPROTO);  // wraps
-  ListRequest l;
-  EXPECT_EQ(Decode(AsBytes(Encode(ListRequest{"/", "", 0})), &l).err(), EPROTO);
   ErrorReply e;
   EXPECT_EQ(Decode(AsBytes(Encode(ErrorReply{0, "ok is not an error"})), &e).err(), EPROTO);
-  ObjectInfo bad_type = SampleInfo();
-  std::string enc = Encode(bad_type);
-  enc[1] = 9;  // object type byte
-  ObjectInfo oi;
-  EXPECT_EQ(Decode(AsBytes(enc), &oi).err(), EPROTO);
-}
-
-TEST(WireMalformed, ListCountLargerThanBytes) {
-  // A count of 65536 entries with no bytes behind it must fail without reserving memory for them.
-  std::string meta = "\x00\x00\x01\x00";
-  ListReply reply;
-  EXPECT_EQ(Decode(AsBytes(meta), &reply).err(), EPROTO);
 }
 
 }  // namespace

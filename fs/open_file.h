@@ -1,0 +1,54 @@
+// The open-file state: a WriteSession (the staging of a file's next version, shared by its
+// writable handles) and a FileHandle (what fuse_file_info::fh points to). The Namespace
+// (file_handle.cc) creates and uses them; they live here so that the namespace's tree and its
+// open files are read separately.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "kvfs/chunk_reader.h"
+#include "kvfs/chunk_store.h"
+#include "kvfs/object.h"
+
+namespace kvfs::fs {
+
+// The staging of the next version of one file, shared by every handle open for writing on it.
+struct WriteSession {
+  std::mutex mu;
+  std::unique_ptr<ChunkWriter> writer;
+  bool dirty = false;             // written, truncated or created since the last publish
+  std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
+  uint32_t handles = 0;           // guarded by Namespace::mu_
+  uint64_t view = 0;              // its view's id for the page cache (Inode::cache_view)
+};
+
+// One open file: what fuse_file_info::fh points to.
+struct FileHandle {
+  uint64_t ino = 0;
+  bool can_write = false;
+  LayoutRef layout;                       // read-only handles: the version current at open
+  std::shared_ptr<WriteSession> session;  // writable handles
+  // Read-only handles on a store that has one: verified segments, read ahead (file_handle.cc).
+  std::unique_ptr<ChunkReader> reader;
+  // What the kernel is told at open.
+  bool direct_io = false;
+  bool keep_cache = false;
+  // Opened with O_NOATIME (the kernel checked the caller may): reads leave atime alone, so a
+  // backup or checksum scan does not reorder an atime-based evictor's view.
+  bool noatime = false;
+  // The second (CLOCK_REALTIME) of this handle's last atime update: reads in the same second
+  // leave the namespace lock alone (Namespace::NoteRead).
+  std::atomic<int64_t> atime_second{0};
+  // O_APPEND: every write lands at the end of the session's content, wherever the kernel
+  // thought the end was (its i_size may describe another handle's view).
+  bool append = false;
+  // Reads and writes go through the kernel's page cache (not direct_io): the handle is one of
+  // its inode's cache_handles, on view `view`.
+  bool page_cache = false;
+  uint64_t view = 0;
+};
+
+}  // namespace kvfs::fs
