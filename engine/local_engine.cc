@@ -63,12 +63,15 @@ LocalEngineImpl::~LocalEngineImpl() {
   dropped.clear();
   journal_.reset();
   if (ctx_) ctx_->Close();
+  // Idle rings hold the device files registered: they go with the engine.
+  if (read_ahead_) read_ahead_->DropIdleRings();
   lock_.reset();  // releases the flock
 }
 
 Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<Device>> devices) {
   KVFS_ASSIGN_OR_RETURN(eviction_, EngineEviction::Make(options_));
   ctx_ = std::make_shared<EngineContext>(options_, std::move(devices));
+  read_ahead_ = std::make_shared<ReadAheadPool>(ctx_->ring_config().buffer_bytes);
   // Rebuild free space from the recovered layouts; a record whose extents are impossible is
   // dropped (and logged) rather than allowed to corrupt others: kvfs is a cache.
   std::vector<LayoutRef> unused;
@@ -191,9 +194,11 @@ StoreStats LocalEngineImpl::Stats() const {
   s.checksum_failures = c.checksum_failures.load();
   s.corrupt_dropped = corrupt_dropped_.load();
   s.evictions = c.evictions.load();
-  s.readahead_hits = read_ahead_->hits.load();
-  s.readahead_misses = read_ahead_->misses.load();
-  s.readahead_wasted = read_ahead_->wasted.load();
+  if (read_ahead_) {
+    s.readahead_hits = read_ahead_->hits.load();
+    s.readahead_misses = read_ahead_->misses.load();
+    s.readahead_wasted = read_ahead_->wasted.load();
+  }
   s.eviction_policy = std::string(eviction_->policy_name());
   s.high_watermark = eviction_->high_watermark();
   s.low_watermark = eviction_->low_watermark();

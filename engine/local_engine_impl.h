@@ -44,7 +44,7 @@ class LocalEngineImpl final : public LocalEngine {
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Status Verify(const LayoutRef& layout) override;
-  std::unique_ptr<ChunkReader> NewReader(LayoutRef layout) override;
+  Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
   void SetListener(StoreListener* listener) override { listener_ = listener; }
   StoreStats Stats() const override;
   Status Sync() override;
@@ -111,7 +111,7 @@ class LocalEngineImpl final : public LocalEngine {
   // FreeBytesOf the group the committer is writing now (out of queue_, not yet freed).
   std::atomic<uint64_t> committing_free_{0};
   std::atomic<uint64_t> corrupt_dropped_{0};
-  std::shared_ptr<ReadAheadCounters> read_ahead_ = std::make_shared<ReadAheadCounters>();
+  std::shared_ptr<ReadAheadPool> read_ahead_;  // made with ctx_, at Open
   std::atomic<StoreListener*> listener_{nullptr};
   std::unique_ptr<Journal> journal_;  // the committer's, after Start
   std::thread committer_;

@@ -26,12 +26,15 @@ Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, v
   return r;
 }
 
-std::unique_ptr<ChunkReader> LocalEngineImpl::NewReader(LayoutRef layout) {
+Result<std::unique_ptr<ChunkReader>> LocalEngineImpl::NewReader(LayoutRef layout) {
   // 8 segments ahead: enough to keep the device busy (fio peaks at depth 8 here) while the
   // window stays at 12 MiB per sequentially read file.
   constexpr uint32_t kReadAheadDepth = 8;
-  if (!layout || !ctx_->space().Owns(layout)) return nullptr;
-  return std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_, kReadAheadDepth);
+  if (!layout || !ctx_->space().Owns(layout)) {
+    return Status::Invalid("layout was not made by this engine");
+  }
+  return std::unique_ptr<ChunkReader>(
+      std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_, kReadAheadDepth));
 }
 
 Status LocalEngineImpl::Verify(const LayoutRef& layout) {

@@ -10,10 +10,21 @@ namespace {
 // capped rather than allowed to exhaust memory.
 constexpr uint64_t kMaxMemoryFile = 4ull << 30;
 
+// The deleter's type is what tells a MemoryLayout apart from other stores' layouts (Layout has
+// no vtable to dynamic_cast on).
+struct MemoryLayoutDeleter {
+  void operator()(const MemoryLayout* l) const { delete l; }
+};
+
+const MemoryLayout* AsMemoryLayout(const LayoutRef& layout) {
+  if (!layout || std::get_deleter<MemoryLayoutDeleter>(layout) == nullptr) return nullptr;
+  return static_cast<const MemoryLayout*>(layout.get());
+}
+
 class MemoryWriter : public ChunkWriter {
  public:
   explicit MemoryWriter(const LayoutRef& base) {
-    if (base) data_ = static_cast<const MemoryLayout&>(*base).data;
+    if (const MemoryLayout* b = AsMemoryLayout(base)) data_ = b->data;
   }
   Status Write(uint64_t offset, const void* data, size_t len) override {
     if (offset + len > kMaxMemoryFile || offset + len < offset) return TooBig();
@@ -36,18 +47,38 @@ class MemoryWriter : public ChunkWriter {
   }
   uint64_t size() const override { return data_.size(); }
   bool dirty() const override { return dirty_; }
-  static Status TooBig() { return Status::Error(EFBIG, "the memory store keeps files up to 4 GiB"); }
+  static Status TooBig() {
+    return Status::Error(EFBIG, "the memory store keeps files up to 4 GiB");
+  }
   Result<LayoutRef> Finish() override {
-    auto layout = std::make_shared<MemoryLayout>();
+    auto* layout = new MemoryLayout;
     layout->size = data_.size();
     layout->data = data_;
     dirty_ = false;
-    return LayoutRef(std::move(layout));
+    return LayoutRef(layout, MemoryLayoutDeleter{});
   }
 
  private:
   std::string data_;
   bool dirty_ = false;
+};
+
+// Views straight into the layout's bytes, which never change once published.
+class MemoryReader : public ChunkReader {
+ public:
+  explicit MemoryReader(LayoutRef layout) : layout_(std::move(layout)) {}
+  Result<ReadView> Read(uint64_t offset, size_t len) override {
+    ReadView view;
+    const auto& data = static_cast<const MemoryLayout&>(*layout_).data;
+    if (offset >= data.size() || len == 0) return view;
+    view.size = static_cast<size_t>(std::min<uint64_t>(len, data.size() - offset));
+    view.spans.push_back({const_cast<char*>(data.data() + offset), view.size});
+    view.holds.push_back(layout_);
+    return view;
+  }
+
+ private:
+  const LayoutRef layout_;
 };
 
 }  // namespace
@@ -68,16 +99,27 @@ Status MemoryStore::Apply(const MetaBatch& batch) {
 }
 
 Result<std::unique_ptr<ChunkWriter>> MemoryStore::NewWriter(LayoutRef base) {
+  if (base && !AsMemoryLayout(base))
+    return Status::Invalid("layout was not made by the memory store");
   return std::unique_ptr<ChunkWriter>(std::make_unique<MemoryWriter>(base));
 }
 
 Result<size_t> MemoryStore::Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) {
   if (!layout) return size_t{0};
-  const auto& data = static_cast<const MemoryLayout&>(*layout).data;
+  const MemoryLayout* ml = AsMemoryLayout(layout);
+  if (!ml) return Status::Invalid("layout was not made by the memory store");
+  const auto& data = ml->data;
   if (offset >= data.size()) return size_t{0};
   size_t n = std::min<uint64_t>(len, data.size() - offset);
   std::memcpy(out, data.data() + offset, n);
   return n;
+}
+
+Result<std::unique_ptr<ChunkReader>> MemoryStore::NewReader(LayoutRef layout) {
+  if (!AsMemoryLayout(layout)) {
+    return Status::Invalid("layout was not made by the memory store");
+  }
+  return std::unique_ptr<ChunkReader>(std::make_unique<MemoryReader>(std::move(layout)));
 }
 
 StoreStats MemoryStore::Stats() const {

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -14,10 +13,7 @@ namespace {
 
 constexpr uint64_t kNoSegment = std::numeric_limits<uint64_t>::max();
 
-std::shared_ptr<uint8_t> AlignedBuffer(size_t len) {
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, (len + 4095) / 4096 * 4096));
-  return std::shared_ptr<uint8_t>(p, [](uint8_t* b) { std::free(b); });
-}
+Status NoMemory() { return Status::Error(ENOMEM, "no memory for a read-ahead buffer"); }
 
 }  // namespace
 
@@ -33,10 +29,10 @@ struct SegmentReadAhead::Slot {
 };
 
 SegmentReadAhead::SegmentReadAhead(std::shared_ptr<EngineContext> ctx, LayoutRef layout,
-                                   std::shared_ptr<ReadAheadCounters> counters, uint32_t depth)
+                                   std::shared_ptr<ReadAheadPool> pool, uint32_t depth)
     : ctx_(std::move(ctx)),
       layout_(std::move(layout)),
-      counters_(std::move(counters)),
+      pool_(std::move(pool)),
       depth_(depth),
       seg_size_(ctx_->segment_size()) {}
 
@@ -44,11 +40,12 @@ SegmentReadAhead::~SegmentReadAhead() {
   // The kernel may still be writing into window buffers: wait for every read before freeing.
   if (ring_) {
     while (ring_->in_flight() > 0) ring_->Reap(ring_->in_flight(), [](uint64_t, Status) {});
+    pool_->ReturnRing(std::move(ring_));
   }
   for (auto& s : slots_) {
-    if (s->state == Slot::State::kReady && !s->asked) counters_->wasted.fetch_add(1);
+    if (s->state == Slot::State::kReady && !s->asked) pool_->wasted.fetch_add(1);
   }
-  counters_->buffered_bytes.fetch_sub(buffered_);
+  pool_->buffered_bytes.fetch_sub(buffered_);
 }
 
 SegmentReadAhead::Slot* SegmentReadAhead::Find(uint64_t segment) {
@@ -70,12 +67,7 @@ SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, b
     if (s->segment < first && (!pick || s->segment < pick->segment)) pick = s.get();
   }
   const uint64_t max_slots = depth_ + 4 + (last - first);
-  if (!pick && slots_.size() < max_slots) {
-    slots_.push_back(std::make_unique<Slot>());
-    pick = slots_.back().get();
-    buffered_ += ctx_->ring_config().buffer_bytes;
-    counters_->buffered_bytes.fetch_add(ctx_->ring_config().buffer_bytes);
-  }
+  if (!pick && slots_.size() < max_slots) pick = AddSlot();
   if (!pick && demand) {
     // A reader that jumped back: give up the read-ahead segment furthest away.
     for (auto& s : slots_) {
@@ -85,13 +77,23 @@ SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, b
       }
     }
   }
-  if (!pick) return nullptr;
-  if (pick->state == Slot::State::kReady && !pick->asked) counters_->wasted.fetch_add(1);
-  // A view handed out earlier may still be splicing from these buffers: leave them to it.
+  return pick ? Prepare(pick) : nullptr;
+}
+
+SegmentReadAhead::Slot* SegmentReadAhead::AddSlot() {
+  slots_.push_back(std::make_unique<Slot>());
+  buffered_ += pool_->buffer_bytes();
+  pool_->buffered_bytes.fetch_add(pool_->buffer_bytes());
+  return slots_.back().get();
+}
+
+SegmentReadAhead::Slot* SegmentReadAhead::Prepare(Slot* pick) {
+  if (pick->state == Slot::State::kReady && !pick->asked) pool_->wasted.fetch_add(1);
+  // A view handed out earlier may still be splicing from these buffers: leave them to it
+  // (the pool takes them back when it is done).
   pick->served.reset();
   if (pick->stored && pick->stored.use_count() > 1) pick->stored.reset();
   if (pick->decoded && pick->decoded.use_count() > 1) pick->decoded.reset();
-  if (!pick->stored) pick->stored = AlignedBuffer(ctx_->ring_config().buffer_bytes);
   pick->state = Slot::State::kEmpty;
   pick->segment = kNoSegment;
   pick->asked = false;
@@ -101,15 +103,15 @@ SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, b
 
 Status SegmentReadAhead::EnsureRing() {
   if (ring_) return Status::Ok();
-  KVFS_ASSIGN_OR_RETURN(ring_, IoRing::CreateOwned(ctx_->ring_config()));
+  KVFS_ASSIGN_OR_RETURN(ring_, pool_->TakeRing(ctx_->ring_config()));
   return Status::Ok();
 }
 
-Status SegmentReadAhead::Start(uint64_t segment, Slot* slot) {
+Status SegmentReadAhead::Start(uint64_t segment, Slot* slot, bool demand) {
   slot->segment = segment;
   const Segment* found = layout_->Find(segment);
   if (!found || found->stored_len == 0) {  // a hole: zeros, no device read
-    if (!slot->decoded) slot->decoded = AlignedBuffer(seg_size_);
+    if (!slot->decoded && !(slot->decoded = pool_->Buffer())) return NoMemory();
     std::memset(slot->decoded.get(), 0, SegmentRawLen(layout_->size, segment, seg_size_));
     slot->served = slot->decoded;
     slot->state = Slot::State::kReady;
@@ -117,11 +119,22 @@ Status SegmentReadAhead::Start(uint64_t segment, Slot* slot) {
   }
   const Segment& seg = *found;
   KVFS_RETURN_IF_ERROR(ctx_->space().CheckBounds(seg));
-  if (seg.stored_len > ctx_->ring_config().buffer_bytes) {
+  if (seg.stored_len > pool_->buffer_bytes()) {
     return Status::Invalid("segment larger than the engine's segment size");
   }
   if (ctx_->closed()) return Status::Error(ESHUTDOWN, "engine is closed");
-  KVFS_RETURN_IF_ERROR(EnsureRing());
+  if (Status ring = EnsureRing(); !ring.ok()) {
+    if (!demand) return ring;
+    // io_uring refused this reader a ring: read this one segment through the engine's
+    // per-thread ring (verified and decoded there), without read-ahead.
+    if (!slot->decoded && !(slot->decoded = pool_->Buffer())) return NoMemory();
+    const SegmentRead read{&seg, 0, seg.raw_len, slot->decoded.get()};
+    KVFS_RETURN_IF_ERROR(ctx_->ReadSegments({read}));
+    slot->served = slot->decoded;
+    slot->state = Slot::State::kReady;
+    return Status::Ok();
+  }
+  if (!slot->stored && !(slot->stored = pool_->Buffer())) return NoMemory();
   RingOp op;
   op.device = seg.device;
   op.offset = seg.offset;
@@ -142,8 +155,11 @@ void SegmentReadAhead::Complete(uint64_t token, Status st) {
   const Segment& seg = *layout_->Find(slot.segment);  // in flight: a stored segment
   if (st.ok()) {
     ctx_->counters().bytes_read.fetch_add(seg.stored_len);
-    if (seg.codec != Codec::kNone && !slot.decoded) slot.decoded = AlignedBuffer(seg_size_);
-    Result<const uint8_t*> raw = ctx_->OpenSegment(seg, slot.stored.get(), slot.decoded.get());
+    if (seg.codec != Codec::kNone && !slot.decoded) slot.decoded = pool_->Buffer();
+    Result<const uint8_t*> raw =
+        seg.codec != Codec::kNone && !slot.decoded
+            ? Result<const uint8_t*>(NoMemory())
+            : ctx_->OpenSegment(seg, slot.stored.get(), slot.decoded.get());
     if (raw.ok()) {
       // A raw segment is verified in place and served without a copy.
       slot.served = *raw == slot.stored.get() ? slot.stored : slot.decoded;
@@ -188,17 +204,24 @@ Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
   for (uint64_t k = first; k <= last; ++k) {
     Slot* slot = Find(k);
     if (slot && slot->state != Slot::State::kFailed) {
-      counters_->hits.fetch_add(1);
+      pool_->hits.fetch_add(1);
     } else {
-      counters_->misses.fetch_add(1);
-      if (!slot) {
+      pool_->misses.fetch_add(1);
+      if (slot) {
+        Prepare(slot);  // a failed read: try the device again
+      } else {
         while (!(slot = Claim(first, last, true))) {
-          if (!ring_ || ring_->in_flight() == 0) return Status::Invalid("read-ahead window full");
+          if (!ring_ || ring_->in_flight() == 0) {
+            // Every slot holds a segment of this request (a READ larger than the window):
+            // the window grows for it.
+            slot = Prepare(AddSlot());
+            break;
+          }
           // Every slot is in flight: let one finish.
           ring_->Reap(1, [this](uint64_t token, Status st) { Complete(token, std::move(st)); });
         }
       }
-      KVFS_RETURN_IF_ERROR(Start(k, slot));
+      KVFS_RETURN_IF_ERROR(Start(k, slot, true));
     }
     slot->asked = true;
     wanted.push_back(slot);
@@ -209,10 +232,10 @@ Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
     const uint64_t stop = std::min<uint64_t>(last + depth_, count - 1);
     for (uint64_t k = last + 1; k <= stop; ++k) {
       if (Find(k)) continue;
-      if (counters_->buffered_bytes.load() > counters_->budget_bytes) break;
+      if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
       Slot* slot = Claim(first, last, false);
       if (!slot) break;
-      if (Status st = Start(k, slot); !st.ok()) {
+      if (Status st = Start(k, slot, false); !st.ok()) {
         slot->state = Slot::State::kEmpty;  // only a read ahead: the demand path reports errors
         break;
       }

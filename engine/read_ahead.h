@@ -13,23 +13,15 @@
 #include "engine_context.h"
 #include "kvfs/chunk_reader.h"
 #include "kvfs/object.h"
+#include "read_ahead_pool.h"
 
 namespace kvfs {
-
-struct ReadAheadCounters {
-  std::atomic<uint64_t> hits{0};    // segment asked for was ready or already in flight
-  std::atomic<uint64_t> misses{0};  // segment had to be read on demand
-  std::atomic<uint64_t> wasted{0};  // read ahead, then dropped without being asked for
-  // Bytes of window buffers over all readers of the engine, against budget_bytes.
-  std::atomic<uint64_t> buffered_bytes{0};
-  uint64_t budget_bytes = 256ull << 20;
-};
 
 class SegmentReadAhead final : public ChunkReader {
  public:
   // `depth`: segments kept in flight ahead of a sequential reader (the window holds depth + 2).
   SegmentReadAhead(std::shared_ptr<EngineContext> ctx, LayoutRef layout,
-                   std::shared_ptr<ReadAheadCounters> counters, uint32_t depth);
+                   std::shared_ptr<ReadAheadPool> pool, uint32_t depth);
   ~SegmentReadAhead() override;
 
   // A corrupt segment is reported to the engine (EngineContext::ReportCorruption), which drops
@@ -44,23 +36,27 @@ class SegmentReadAhead final : public ChunkReader {
   // room; for a `demand` read also the read-ahead slot furthest ahead. Null when every
   // candidate is in flight.
   Slot* Claim(uint64_t first, uint64_t last, bool demand);
-  Status Start(uint64_t segment, Slot* slot);  // submits the device read (holes: ready at once)
-  Status WaitFor(Slot* slot);                  // reaps until `slot` completed
-  void Complete(uint64_t token, Status st);    // verifies and decodes a finished read
+  Slot* AddSlot();
+  Slot* Prepare(Slot* pick);  // resets a claimed slot for a new segment
+  // Submits the device read (holes: ready at once). Without a ring (io_uring refused one) a
+  // `demand` read is done at once through the engine's per-thread ring instead.
+  Status Start(uint64_t segment, Slot* slot, bool demand);
+  Status WaitFor(Slot* slot);                // reaps until `slot` completed
+  void Complete(uint64_t token, Status st);  // verifies and decodes a finished read
   Status EnsureRing();
 
   const std::shared_ptr<EngineContext> ctx_;
   const LayoutRef layout_;
-  const std::shared_ptr<ReadAheadCounters> counters_;
+  const std::shared_ptr<ReadAheadPool> pool_;
   const uint32_t depth_;
   const uint32_t seg_size_;
 
   std::mutex mu_;
-  std::unique_ptr<IoRing> ring_;  // created at the first read ahead
+  std::unique_ptr<IoRing> ring_;  // taken from the pool at the first read
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t next_expected_ = 0;  // segment after the last one asked for
   uint32_t sequential_ = 0;     // consecutive reads that continued the previous one
-  uint64_t buffered_ = 0;       // this reader's share of counters_->buffered_bytes
+  uint64_t buffered_ = 0;       // this reader's share of pool_->buffered_bytes
 };
 
 }  // namespace kvfs

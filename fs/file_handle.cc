@@ -8,6 +8,9 @@
 #include <linux/falloc.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+#include <memory>
+
 #include "namespace.h"
 
 namespace kvfs::fs {
@@ -147,11 +150,13 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
     handle->ino = ino;
     if (acc == O_RDONLY && !(flags & O_TRUNC)) {
       handle->layout = in->rec.layout;
+      if (handle->layout) {
+        KVFS_ASSIGN_OR_RETURN(handle->reader, store_->NewReader(handle->layout));
+      }
       // While a writer is active the page cache may hold its unpublished pages: a reader of
       // the published version bypasses it.
       handle->direct_io = (flags & O_DIRECT) || in->writing;
       if (!handle->direct_io) ChooseCacheMode(in, handle.get(), in->version);
-      if (handle->layout) handle->reader = store_->NewReader(handle->layout);
       if (in->journaled) counters_.read_hits.fetch_add(1, std::memory_order_relaxed);
       handle->noatime = (flags & O_NOATIME) != 0;
       if (!handle->noatime) TouchAtime(in);
@@ -199,15 +204,13 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
 }
 
 Result<size_t> Namespace::Read(FileHandle* fh, uint64_t offset, void* out, size_t len) {
-  Result<size_t> n = size_t{0};
-  if (fh->session) {
-    std::lock_guard wl(fh->session->mu);
-    n = fh->session->writer->Read(offset, out, len);
-  } else if (fh->layout) {
-    n = store_->Read(fh->layout, offset, out, len);
+  KVFS_ASSIGN_OR_RETURN(ReadView view, ReadSpans(fh, offset, len));
+  auto* dst = static_cast<uint8_t*>(out);
+  for (const iovec& span : view.spans) {
+    std::memcpy(dst, span.iov_base, span.iov_len);
+    dst += span.iov_len;
   }
-  if (n.ok()) NoteRead(fh);
-  return n;
+  return view.size;
 }
 
 void Namespace::NoteRead(FileHandle* fh) {
@@ -221,26 +224,21 @@ void Namespace::NoteRead(FileHandle* fh) {
 }
 
 Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t len) {
-  if (fh->reader && !fh->session) {
-    Result<ReadView> view = fh->reader->Read(offset, len);
-    if (view.ok()) {
-      NoteRead(fh);
-      return view;
-    }
-    // Read owns the error semantics (EIO, dropping a corrupt record): let it read again.
-    spdlog::debug("reader of inode {} at {}: {}; reading again", fh->ino, offset,
-                  view.status().ToString());
-  }
-  // Writers' views and stores without readers: one buffer per thread, reused once the last
-  // reply that spliced from it is done with it.
-  thread_local std::shared_ptr<std::vector<uint8_t>> buf;
-  if (!buf || buf.use_count() > 1) buf = std::make_shared<std::vector<uint8_t>>();
-  if (buf->size() < len) buf->resize(len);
-  KVFS_ASSIGN_OR_RETURN(size_t n, Read(fh, offset, buf->data(), len));
   ReadView view;
-  view.size = n;
-  if (n > 0) view.spans.push_back({buf->data(), n});
-  view.holds.push_back(buf);
+  if (fh->session) {
+    // A writer's own view (its base version plus its writes) lives in the writer's staging:
+    // copied out into a buffer of this reply's own.
+    auto buf = std::make_shared_for_overwrite<uint8_t[]>(len);
+    std::lock_guard wl(fh->session->mu);
+    KVFS_ASSIGN_OR_RETURN(view.size, fh->session->writer->Read(offset, buf.get(), len));
+    if (view.size > 0) view.spans.push_back({buf.get(), view.size});
+    view.holds.push_back(std::move(buf));
+  } else if (fh->reader) {
+    // Published data: the store's reader owns every error (a corrupt chunk is dropped and
+    // counted there; another replica is tried there); what it says is final.
+    KVFS_ASSIGN_OR_RETURN(view, fh->reader->Read(offset, len));
+  }
+  NoteRead(fh);
   return view;
 }
 

@@ -332,7 +332,11 @@ void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
     if (v != "1" && v != "0") return Err(req, EINVAL);
     return ReplyStatus(req, c.ns->SetPinned(ino, v == "1"));
   }
-  if (std::strcmp(name, "user.kvfs.evict") == 0) return ReplyStatus(req, c.store->Evict(ino));
+  if (std::strcmp(name, "user.kvfs.evict") == 0) {
+    Status st = c.store->Evict(ino);
+    if (st.ok()) c.ns->AwaitInvalidations();
+    return ReplyStatus(req, st);
+  }
   if (std::strcmp(name, "user.kvfs.parent") == 0) {
     return ReplyStatus(req, c.ns->SetPrefixParent(ino, v));
   }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -49,6 +50,8 @@ class InvalidationSink {
   virtual void InvalidateInode(uint64_t ino, bool data) = 0;
   // A name vanished without a request from the kernel (the store dropped its record).
   virtual void InvalidateEntry(uint64_t /*parent*/, const std::string& /*name*/) {}
+  // Returns once everything asked for before the call reached the kernel, or after `max`.
+  virtual void Drain(std::chrono::milliseconds /*max*/) {}
 };
 
 struct Directory {
@@ -169,6 +172,12 @@ class Namespace {
   void RestoreStoreRecord(ObjectId id, const ObjectRecord* record);
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
+  // Waits (at most a second) until the kernel was told of every name and page this namespace
+  // dropped so far: after an explicit eviction the evicted names are gone from the kernel's
+  // caches before the request that asked for it returns.
+  void AwaitInvalidations() {
+    if (sink_) sink_->Drain(std::chrono::seconds(1));
+  }
   // user.kvfs.parent (namespace_parent.cc): the chunk this file extends, for prefix-aware
   // eviction. `value` is a name in the file's directory or a path from the mount root; ENOENT
   // when nothing is there, empty clears it. Journaled when published.
@@ -194,6 +203,7 @@ class Namespace {
                                                    uint32_t mode, int flags, uint32_t uid,
                                                    uint32_t gid);
   Result<FileHandle*> Open(uint64_t ino, int flags);
+  // Copies what ReadSpans gives (tests, tools).
   Result<size_t> Read(FileHandle* fh, uint64_t offset, void* out, size_t len);
   // The same bytes as verified spans of store buffers (no copy), for a spliced reply.
   Result<ReadView> ReadSpans(FileHandle* fh, uint64_t offset, size_t len);

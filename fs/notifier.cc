@@ -17,6 +17,7 @@ void Notifier::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  delivered_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -25,6 +26,7 @@ void Notifier::InvalidateInode(uint64_t ino, bool data) {
     std::lock_guard lock(mu_);
     if (!se_ || stop_) return;
     queue_.emplace_back(ino, data);
+    ++queued_;
   }
   cv_.notify_one();
 }
@@ -34,6 +36,7 @@ void Notifier::InvalidateEntry(uint64_t parent, const std::string& name) {
     std::lock_guard lock(mu_);
     if (!se_ || stop_) return;
     entries_.emplace_back(parent, name);
+    ++queued_;
   }
   cv_.notify_one();
 }
@@ -50,6 +53,8 @@ void Notifier::Run() {
       int rc = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
       if (rc != 0 && rc != -ENOENT) spdlog::debug("inval_entry {}/{} failed: {}", parent, name, rc);
       lock.lock();
+      ++delivered_;
+      delivered_cv_.notify_all();
       continue;
     }
     auto [ino, data] = queue_.front();
@@ -59,7 +64,17 @@ void Notifier::Run() {
     int rc = fuse_lowlevel_notify_inval_inode(se_, ino, data ? 0 : -1, 0);
     if (rc != 0 && rc != -ENOENT) spdlog::debug("inval_inode {} failed: {}", ino, rc);
     lock.lock();
+    ++delivered_;
+    delivered_cv_.notify_all();
   }
+}
+
+void Notifier::Drain(std::chrono::milliseconds max) {
+  std::unique_lock lock(mu_);
+  const uint64_t target = queued_;
+  // Bounded: should the kernel hold a notification up (it may wait on a request of ours), the
+  // caller goes on after `max` rather than hang.
+  delivered_cv_.wait_for(lock, max, [&] { return stop_ || delivered_ >= target; });
 }
 
 }  // namespace kvfs::fs

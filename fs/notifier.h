@@ -3,6 +3,7 @@
 // can deadlock (the kernel may hold the inode's lock while it waits for that handler).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -24,6 +25,7 @@ class Notifier : public InvalidationSink {
   void Stop();
   void InvalidateInode(uint64_t ino, bool data) override;
   void InvalidateEntry(uint64_t parent, const std::string& name) override;
+  void Drain(std::chrono::milliseconds max) override;
 
  private:
   void Run();
@@ -33,6 +35,9 @@ class Notifier : public InvalidationSink {
   std::condition_variable cv_;
   std::deque<std::pair<uint64_t, bool>> queue_;
   std::deque<std::pair<uint64_t, std::string>> entries_;  // InvalidateEntry requests
+  // Notifications queued and delivered so far (Drain waits for the second to reach the first).
+  uint64_t queued_ = 0, delivered_ = 0;
+  std::condition_variable delivered_cv_;
   bool stop_ = false;
   std::thread thread_;
 };

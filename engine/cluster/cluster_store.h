@@ -83,7 +83,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Result<Committed> AwaitCommitted(uint64_t token) override;
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
-  std::unique_ptr<ChunkReader> NewReader(LayoutRef layout) override;
+  Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
   Status Verify(const LayoutRef& layout) override;
   void SetListener(StoreListener* listener) override;
   void Touch(ObjectId id, uint64_t stream) override;

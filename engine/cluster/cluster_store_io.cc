@@ -7,6 +7,7 @@
 #include <future>
 
 #include "cluster_store.h"
+#include "local_first_reader.h"
 #include "peer_reader.h"
 #include "rendezvous_placement.h"
 #include "repair.h"
@@ -221,11 +222,16 @@ Result<size_t> ClusterStore::Read(const LayoutRef& layout, uint64_t offset, void
   return ReadRemote(*cl, offset, static_cast<uint8_t*>(out), len);
 }
 
-std::unique_ptr<ChunkReader> ClusterStore::NewReader(LayoutRef layout) {
+Result<std::unique_ptr<ChunkReader>> ClusterStore::NewReader(LayoutRef layout) {
   const ClusterLayout* cl = AsClusterLayout(layout);
   if (!cl) return local_->NewReader(std::move(layout));
-  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewReader(std::move(held));
-  return std::make_unique<PeerReader>(this, &FetchPool(), cl->chunk, cl->size, cl->holders);
+  if (LayoutRef held = HeldLayout(cl->chunk)) {
+    KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkReader> local, local_->NewReader(std::move(held)));
+    return std::unique_ptr<ChunkReader>(std::make_unique<LocalFirstReader>(
+        std::move(local), this, &FetchPool(), cl->chunk, cl->size, cl->holders));
+  }
+  return std::unique_ptr<ChunkReader>(
+      std::make_unique<PeerReader>(this, &FetchPool(), cl->chunk, cl->size, cl->holders));
 }
 
 Status UnreadableChunk(uint64_t chunk, const Status& last) {

@@ -26,9 +26,10 @@ struct ReadView {
 class ChunkReader {
  public:
   virtual ~ChunkReader() = default;
-  // Clipped to the version's size (an empty view at or past the end). On any error the caller
-  // retries through ChunkStore::Read, which owns the error semantics (EIO, dropping a corrupt
-  // record); a reader only reports.
+  // Clipped to the version's size (an empty view at or past the end). Errors are final (there
+  // is no second path to retry on): bytes that fail their checksum give a Corruption status
+  // after the store dropped the record, counted and told its listener; a failed device or peer
+  // read gives EIO once every copy was tried.
   virtual Result<ReadView> Read(uint64_t offset, size_t len) = 0;
 };
 

@@ -201,12 +201,14 @@ class ChunkStore {
   // A writer for a new version. `base` (may be null) is the content it starts from: the
   // published version for an overwrite without O_TRUNC, null for a new or truncated file.
   virtual Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) = 0;
-  // Reads published content; every byte returned was checksum-verified. A mismatch gives EIO.
+  // Reads published content into `out`; every byte returned was checksum-verified. A mismatch
+  // gives EIO. For tools and the store's own use (repair, serving peers): the fs reads through
+  // NewReader only.
   virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
-  // A reader of one published version for one open file (it holds the layout): verified bytes
-  // in the store's buffers, with read-ahead for sequential readers. Null: the store has none,
-  // use Read.
-  virtual std::unique_ptr<ChunkReader> NewReader(LayoutRef /*layout*/) { return nullptr; }
+  // The reader of one published version for one open file (it holds the layout): verified bytes
+  // in the store's buffers, with read-ahead for sequential readers. Every store has one; EINVAL
+  // for a layout another store made.
+  virtual Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) = 0;
 
   // Reads every segment of a layout, checking checksums and decoding. EIO when any segment is
   // corrupt; then, like a failed Read, the owning record is dropped and the listener told.

@@ -169,6 +169,48 @@ class ClusterMount(unittest.TestCase):
         self.assert_content(c, 2, "neg/late", "late", 200_000)
 
     # -- failures -----------------------------------------------------------------------------
+    def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
+        c = self.cluster(n=2, replicas=2)
+        size = 3 * (1 << 20) + 5
+        data = chunk_bytes("bitrot", size)
+        c.publish(1, "bitrot", data)
+        c.wait_exists(2, "bitrot", VISIBLE_S)
+        self.assertEqual(sorted(holder_ids(c.location(1, "bitrot"))), [1, 2])
+        # Flip one byte of node 1's copy, in its second MiB, on node 1's device file (found by
+        # its content: the chunk is stored raw, its bytes do not compress).
+        c.stop(1)
+        probe = data[(3 << 19):(3 << 19) + 4096]
+        hits = []
+        for dirpath, _, names in os.walk(c.node(1).mount.data):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "r+b") as f:
+                    blob = f.read()
+                    at = blob.find(probe)
+                    if at >= 0:
+                        f.seek(at + 100)
+                        f.write(bytes([blob[at + 100] ^ 0x5A]))
+                        hits.append(path)
+        self.assertEqual(len(hits), 1, f"node 1's copy found in {hits}")
+        c.restart(1)
+        # Node 1 reads its own copy first, finds the bad bytes, and finishes the read from node
+        # 2's copy: the application never sees EIO nor a wrong byte.
+        self.assert_read_ok_bounded(c, 1, "bitrot", "bitrot", size)
+        with open(c.path(1, ".kvfs/status")) as f:
+            status = json.load(f)
+        self.assertGreaterEqual(status["checksum_failures"], 1, status)
+        # The bad copy leaves the holder list and node 2 (the one good holder) repairs: node 1
+        # holds a good copy again.
+        wait_until(lambda: c.nodes_json(2)["repair"]["repaired_chunks"] >= 1
+                   and c.location(1, "bitrot")["local"]
+                   and sorted(holder_ids(c.location(2, "bitrot"))) == [1, 2],
+                   REPAIR_S, 0.2, what="node 2 repaired node 1's copy")
+        # The repaired copy alone, through a fresh mount (no page cache), with node 2 gone.
+        c.stop(2)
+        c.stop(1)
+        c.restart(1)
+        self.assert_read_ok_bounded(c, 1, "bitrot", "bitrot", size)
+
     def test_kill9_with_r2_every_chunk_readable_on_survivors(self):
         c = self.cluster(n=3, replicas=2)
         os.mkdir(c.path(1, "k"))

@@ -141,8 +141,8 @@ TEST(SparseLayoutTest, EngineFileCostsWhatWasWrittenAndSurvivesRestart) {
   EXPECT_EQ(std::string(buf, 8), std::string(8, '\0'));
   // The read-ahead reader serves holes as zeros too.
   auto reader = e->NewReader(back);
-  ASSERT_NE(reader, nullptr);
-  auto view = reader->Read(8 * kTiB - 2 * kMiB, 2 * kMiB);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto view = (*reader)->Read(8 * kTiB - 2 * kMiB, 2 * kMiB);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   ASSERT_EQ(view->size, 2 * kMiB);
   std::string joined;
