@@ -249,6 +249,9 @@ def main() -> int:
             for name in names:
                 os.unlink(c.path(1, name))
         print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    except BaseException:
+        print(c.logs_tail(4000), file=sys.stderr)
+        raise
     finally:
         if redis is not None:
             redis.stop()

@@ -81,13 +81,18 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
     }
   }
   for (uint64_t i = first; i <= last + kAhead; ++i) Request(i);
+  // Taken before waiting: while this read waits, a concurrent READ further on may drop these
+  // pieces from the map (they are behind it).
+  std::vector<std::shared_ptr<Piece>> wanted;
+  for (uint64_t i = first; i <= last; ++i) wanted.push_back(shared_->pieces.at(i));
   for (uint64_t i = first; i <= last; ++i) {
-    std::shared_ptr<Piece> piece = shared_->pieces[i];
+    const std::shared_ptr<Piece>& piece = wanted[i - first];
     shared_->cv.wait(lock, [&] { return piece->done; });
     if (!piece->status.ok()) {
       Status st = piece->status;
-      shared_->pieces.erase(i);  // a later read tries again
-      return st;
+      auto it = shared_->pieces.find(i);
+      if (it != shared_->pieces.end() && it->second == piece) shared_->pieces.erase(it);
+      return st;  // a later read tries again
     }
     const uint64_t base = i * kPiece;
     const uint64_t from = std::max(offset, base);

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import unittest
 
@@ -169,6 +170,42 @@ class ClusterMount(unittest.TestCase):
         self.assert_content(c, 2, "neg/late", "late", 200_000)
 
     # -- failures -----------------------------------------------------------------------------
+    def test_concurrent_reads_of_one_remote_handle_are_byte_exact(self):
+        # Node 2 holds nothing: every READ goes through its PeerReader. Several threads read
+        # one O_DIRECT handle (each pread is one READ) in interleaved stripes, out of order,
+        # then a buffered whole-file read lets the kernel's readahead send READs in parallel.
+        c = self.cluster(n=2, replicas=1)
+        size = 24 * (1 << 20) + 321
+        data = chunk_bytes("remote-concurrent", size)
+        c.publish(1, "rc", data)
+        c.wait_exists(2, "rc", VISIBLE_S)
+        loc = c.location(2, "rc")
+        self.assertEqual(holder_ids(loc), [1], loc)
+        self.assertFalse(loc["local"], loc)
+        fd = os.open(c.path(2, "rc"), os.O_RDONLY | os.O_DIRECT)
+        wrong = []
+        stripe = 192 * 1024
+
+        def reader(t):
+            for rnd in range(2):
+                offsets = list(range(t * stripe, size, 4 * stripe))
+                if (t + rnd) % 2:
+                    offsets.reverse()
+                for off in offsets:
+                    got = os.pread(fd, stripe, off)
+                    if got != data[off:off + stripe]:
+                        wrong.append((t, off, len(got)))
+        try:
+            threads = [threading.Thread(target=reader, args=(t,)) for t in range(4)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        finally:
+            os.close(fd)
+        self.assertEqual(wrong, [])
+        self.assert_read_ok_bounded(c, 2, "rc", "remote-concurrent", size)
+
     def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
         c = self.cluster(n=2, replicas=2)
         size = 3 * (1 << 20) + 5
