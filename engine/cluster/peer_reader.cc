@@ -31,7 +31,8 @@ void PeerReader::Request(uint64_t index) {
 void PeerReader::Fetch(uint64_t index, const std::shared_ptr<Piece>& piece) {
   const uint64_t offset = index * kPiece;
   const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, size_ - offset));
-  auto buf = std::make_shared<std::vector<uint8_t>>(len);
+  // Not zero-filled: the GET overwrites every byte that is served.
+  std::shared_ptr<uint8_t[]> buf = std::make_shared_for_overwrite<uint8_t[]>(len);
   Status last = Status::IoError("chunk " + Hex16(chunk_) + " has no reachable holder");
   size_t got = 0;
   for (NodeId node : store_->ReadOrder(holders_)) {
@@ -44,7 +45,7 @@ void PeerReader::Fetch(uint64_t index, const std::shared_ptr<Piece>& piece) {
     CallOptions call;
     call.timeout = store_->request_timeout();
     if (PeerCounters* c = store_->CountersFor(node)) ++c->gets_sent;
-    auto r = client->Get(req, std::span<uint8_t>(buf->data(), len), call);
+    auto r = client->Get(req, std::span<uint8_t>(buf.get(), len), call);
     if (r.ok() && r->length == len) {
       got = len;
       break;
@@ -97,7 +98,7 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
     const uint64_t base = i * kPiece;
     const uint64_t from = std::max(offset, base);
     const uint64_t to = std::min<uint64_t>(offset + len, base + piece->len);
-    view.spans.push_back({piece->buf->data() + (from - base), static_cast<size_t>(to - from)});
+    view.spans.push_back({piece->buf.get() + (from - base), static_cast<size_t>(to - from)});
     view.holds.push_back(piece->buf);
     view.size += to - from;
   }

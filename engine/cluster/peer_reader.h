@@ -30,7 +30,7 @@ class PeerReader final : public ChunkReader {
 
  private:
   struct Piece {
-    std::shared_ptr<std::vector<uint8_t>> buf;
+    std::shared_ptr<uint8_t[]> buf;
     size_t len = 0;
     bool done = false;
     Status status;
