@@ -44,6 +44,7 @@ class LocalEngineImpl final : public LocalEngine {
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Status Verify(const LayoutRef& layout) override;
+  Result<uint64_t> ContentChecksum(const LayoutRef& layout) const override;
   Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
   void SetListener(StoreListener* listener) override { listener_ = listener; }
   StoreStats Stats() const override;

@@ -9,6 +9,7 @@
 #include "chunk_writer.h"
 #include "local_engine_impl.h"
 #include "record_codec.h"
+#include "segment_codec.h"
 
 namespace kvfs {
 Result<std::unique_ptr<ChunkWriter>> LocalEngineImpl::NewWriter(LayoutRef base) {
@@ -35,6 +36,15 @@ Result<std::unique_ptr<ChunkReader>> LocalEngineImpl::NewReader(LayoutRef layout
   }
   return std::unique_ptr<ChunkReader>(
       std::make_unique<SegmentReadAhead>(ctx_, std::move(layout), read_ahead_, kReadAheadDepth));
+}
+
+Result<uint64_t> LocalEngineImpl::ContentChecksum(const LayoutRef& layout) const {
+  // The stored checksums cover the stored bytes: equal content under the same compression
+  // setting gives the same digest.
+  if (layout && !ctx_->space().Owns(layout)) {
+    return Status::Invalid("layout was not made by this engine");
+  }
+  return SegmentsDigest(layout.get());
 }
 
 Status LocalEngineImpl::Verify(const LayoutRef& layout) {

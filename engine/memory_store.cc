@@ -1,5 +1,7 @@
 #include "memory_store.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -120,6 +122,13 @@ Result<std::unique_ptr<ChunkReader>> MemoryStore::NewReader(LayoutRef layout) {
     return Status::Invalid("layout was not made by the memory store");
   }
   return std::unique_ptr<ChunkReader>(std::make_unique<MemoryReader>(std::move(layout)));
+}
+
+Result<uint64_t> MemoryStore::ContentChecksum(const LayoutRef& layout) const {
+  if (!layout) return XXH3_64bits(nullptr, 0);
+  const MemoryLayout* ml = AsMemoryLayout(layout);
+  if (!ml) return Status::Invalid("layout was not made by the memory store");
+  return XXH3_64bits(ml->data.data(), ml->data.size());
 }
 
 StoreStats MemoryStore::Stats() const {

@@ -21,6 +21,7 @@ class MemoryStore : public ChunkStore {
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
+  Result<uint64_t> ContentChecksum(const LayoutRef& layout) const override;
   StoreStats Stats() const override;
   Status Sync() override { return Status::Ok(); }
 

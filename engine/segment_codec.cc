@@ -9,6 +9,19 @@
 
 namespace kvfs {
 
+uint64_t SegmentsDigest(const Layout* layout) {
+  std::string le;
+  if (layout) {
+    le.reserve(layout->segments.size() * 8);
+    for (const Segment& seg : layout->segments) {
+      for (int shift = 0; shift < 64; shift += 8) {
+        le.push_back(static_cast<char>((seg.checksum >> shift) & 0xff));
+      }
+    }
+  }
+  return XXH3_64bits(le.data(), le.size());
+}
+
 uint32_t SegmentRawLen(uint64_t size, uint64_t index, uint32_t segment_size) {
   const uint64_t start = index * segment_size;
   return start >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(segment_size, size - start));

@@ -22,6 +22,9 @@ struct EncodedSegment {
 
 // Raw bytes of segment `index` in a file of `size` bytes (0 past the end).
 uint32_t SegmentRawLen(uint64_t size, uint64_t index, uint32_t segment_size);
+// The digest of a version's content from its segments' stored checksums (user.kvfs.checksum):
+// no data is read. Null or empty: the digest of nothing.
+uint64_t SegmentsDigest(const Layout* layout);
 // Checks what every reader relies on: segments in strictly ascending index order, each inside
 // the file and holding exactly its share of raw bytes. EINVAL otherwise.
 Status CheckLayoutShape(const Layout& layout, uint32_t segment_size);

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -381,15 +380,9 @@ Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
 Result<std::string> Control::Checksum(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(ObjectRecord rec, ns_->Record(ino));
   if (rec.type != ObjectType::kFile) return Status::Error(ENODATA, "only files have a checksum");
-  // Derived from the checksums the engine already keeps, so it costs no data read. They cover
-  // the stored bytes: equal content under the same --compress setting gives the same digest.
-  std::string le;
-  if (rec.layout) {
-    for (const auto& seg : rec.layout->segments)
-      for (int shift = 0; shift < 64; shift += 8)
-        le.push_back(static_cast<char>((seg.checksum >> shift) & 0xff));
-  }
-  return "xxh3:" + Hex64(XXH3_64bits(le.data(), le.size()));
+  // The store derives it from checksums it already keeps: no data is read.
+  KVFS_ASSIGN_OR_RETURN(uint64_t digest, store_->ContentChecksum(rec.layout));
+  return "xxh3:" + Hex64(digest);
 }
 
 Result<std::string> Control::Verify(uint64_t ino) {

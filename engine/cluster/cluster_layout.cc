@@ -36,11 +36,13 @@ bool HolderList::operator==(const HolderList& o) const {
   return true;
 }
 
-LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders) {
+LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders,
+                            uint64_t checksum) {
   auto* l = new ClusterLayout;
   l->size = size;
   l->chunk = chunk;
   l->holders = holders;
+  l->checksum = checksum;
   return LayoutRef(static_cast<const Layout*>(l), ClusterLayoutDeleter{});
 }
 

@@ -45,11 +45,15 @@ class HolderList {
 struct ClusterLayout : Layout {
   uint64_t chunk = 0;  // the chunk's id: a cluster object id, unique per published version
   HolderList holders;  // in the order the publisher placed them
+  // ContentChecksum of the publisher's copy (0: not recorded), so that user.kvfs.checksum is
+  // the same on every node whether or not it holds a copy.
+  uint64_t checksum = 0;
 };
 
 // A ClusterLayout as a LayoutRef. Its deleter type is what tells it apart from the engine's
 // layouts (which carry the engine's deleter), so no registry of live layouts is needed.
-LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders);
+LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders,
+                            uint64_t checksum);
 // The ClusterLayout behind `layout`, or null for any other layout.
 const ClusterLayout* AsClusterLayout(const LayoutRef& layout);
 

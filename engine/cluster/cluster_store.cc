@@ -428,7 +428,7 @@ void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* 
         spdlog::warn("cluster: record {:x} removed: its last copy went ({})", record, why);
     } else {
       ObjectRecord next = **rec;
-      next.layout = MakeClusterLayout(cl->size, cl->chunk, holders);
+      next.layout = MakeClusterLayout(cl->size, cl->chunk, holders, cl->checksum);
       st = log_->CompareAndPut(next).status();
     }
     if (st.ok() || !st.IsConflict()) {

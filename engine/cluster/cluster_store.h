@@ -85,6 +85,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
   Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
   Status Verify(const LayoutRef& layout) override;
+  Result<uint64_t> ContentChecksum(const LayoutRef& layout) const override;
   void SetListener(StoreListener* listener) override;
   void Touch(ObjectId id, uint64_t stream) override;
   Status Evict(ObjectId id) override;

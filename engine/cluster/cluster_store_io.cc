@@ -161,7 +161,8 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
     auto it = held_.find(chunk);
     if (it != held_.end()) it->second.holders = holders;
   }
-  return MakeClusterLayout(fresh->size, chunk, holders);
+  KVFS_ASSIGN_OR_RETURN(uint64_t checksum, local_->ContentChecksum(fresh));
+  return MakeClusterLayout(fresh->size, chunk, holders, checksum);
 }
 
 Result<Committed> ClusterStore::AwaitCommitted(uint64_t token) {
@@ -220,6 +221,13 @@ Result<size_t> ClusterStore::Read(const LayoutRef& layout, uint64_t offset, void
   if (offset >= cl->size) return size_t{0};
   len = static_cast<size_t>(std::min<uint64_t>(len, cl->size - offset));
   return ReadRemote(*cl, offset, static_cast<uint8_t*>(out), len);
+}
+
+Result<uint64_t> ClusterStore::ContentChecksum(const LayoutRef& layout) const {
+  const ClusterLayout* cl = AsClusterLayout(layout);
+  if (!cl) return local_->ContentChecksum(layout);
+  if (cl->checksum == 0) return Status::Error(ENODATA, "no checksum recorded for this version");
+  return cl->checksum;
 }
 
 Result<std::unique_ptr<ChunkReader>> ClusterStore::NewReader(LayoutRef layout) {

@@ -6,7 +6,10 @@
 namespace kvfs::cluster {
 namespace {
 
-constexpr uint8_t kFormat = 1;
+// Format 2 added the content checksum after the chunk id; format 1 values still decode
+// (checksum unknown).
+constexpr uint8_t kFormat = 2;
+constexpr uint8_t kFormatNoChecksum = 1;
 constexpr size_t kMaxSymlink = 4095;
 
 void Time(ByteWriter& w, const Timespec64& t) {
@@ -58,6 +61,7 @@ std::string EncodeRecordValue(const ObjectRecord& rec, uint16_t origin) {
   const ClusterLayout* cl = AsClusterLayout(rec.layout);
   w.U64(rec.layout ? rec.layout->size : 0);
   w.U64(cl ? cl->chunk : 0);
+  w.U64(cl ? cl->checksum : 0);
   w.U8(static_cast<uint8_t>(cl ? cl->holders.size() : 0));
   if (cl) {
     for (NodeId n : cl->holders) w.U16(n);
@@ -70,7 +74,8 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
     return Status::Error(EPROTO, std::string("namespace record does not decode: ") + what);
   };
   ByteReader r(value.data(), value.size());
-  if (r.U8() != kFormat) return bad("unknown format");
+  const uint8_t format = r.U8();
+  if (format != kFormat && format != kFormatNoChecksum) return bad("unknown format");
   RecordValue out;
   out.origin = r.U16();
   ObjectRecord& rec = out.record;
@@ -112,6 +117,7 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   r.Bytes(rec.symlink_target.data(), target);
   const uint64_t size = r.U64();
   const uint64_t chunk = r.U64();
+  const uint64_t checksum = format == kFormat ? r.U64() : 0;
   const uint8_t holders = r.U8();
   if (!r.ok() || holders > HolderList::kMaxHolders) return bad("holders");
   HolderList list;
@@ -124,7 +130,7 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   }
   if (rec.type == ObjectType::kFile) {
     if (chunk != 0) {
-      rec.layout = MakeClusterLayout(size, chunk, list);
+      rec.layout = MakeClusterLayout(size, chunk, list, checksum);
     } else if (size != 0) {
       return bad("a file with data but no chunk");
     }

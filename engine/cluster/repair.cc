@@ -170,7 +170,7 @@ void Repairer::RunOnce() {
       if (holders.size() < R && live.count(n)) holders.Add(n);
     if (holders == cl->holders) continue;
     ObjectRecord next = **rec;
-    next.layout = MakeClusterLayout(cl->size, cl->chunk, holders);
+    next.layout = MakeClusterLayout(cl->size, cl->chunk, holders, cl->checksum);
     auto put = s.log_->CompareAndPut(next);
     if (!put.ok()) {
       ++failures_;

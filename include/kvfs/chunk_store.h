@@ -216,6 +216,10 @@ class ChunkStore {
   virtual Status Verify(const LayoutRef& /*layout*/) {
     return Status::Error(EOPNOTSUPP, "this store cannot verify");
   }
+  // A digest of one version's content, the same on every node that reads it
+  // (user.kvfs.checksum): derived from checksums the store already keeps, so it reads no data.
+  // Null layout (an empty file): the digest of nothing. ENODATA when the store has none.
+  virtual Result<uint64_t> ContentChecksum(const LayoutRef& layout) const = 0;
   // The listener outlives the store's use of it; null detaches. Stores that never drop records
   // on their own ignore it.
   virtual void SetListener(StoreListener* /*listener*/) {}

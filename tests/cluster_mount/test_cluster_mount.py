@@ -170,6 +170,34 @@ class ClusterMount(unittest.TestCase):
         self.assert_content(c, 2, "neg/late", "late", 200_000)
 
     # -- failures -----------------------------------------------------------------------------
+    def test_checksum_xattr_is_the_same_on_every_node(self):
+        # R=2 of 3: every file has a node without a copy, which answers from the record.
+        c = self.cluster(n=3, replicas=2)
+        size = 3 * (1 << 20) + 1
+        c.publish(1, "ca", chunk_bytes("ca", size))
+        c.publish(1, "cb", chunk_bytes("cb", size))
+        c.publish(2, "cc", chunk_bytes("ca", size))  # ca's bytes, published by another node
+        names = ("ca", "cb", "cc")
+        sums = {}
+        for k in (1, 2, 3):
+            for n in names:
+                c.wait_exists(k, n, VISIBLE_S)
+            sums[k] = {n: os.getxattr(c.path(k, n), "user.kvfs.checksum").decode()
+                       for n in names}
+        self.assertTrue(all(v.startswith("xxh3:") for v in sums[1].values()), sums)
+        self.assertEqual(sums[1], sums[2])
+        self.assertEqual(sums[1], sums[3])
+        self.assertNotEqual(sums[1]["ca"], sums[1]["cb"])
+        self.assertEqual(sums[1]["ca"], sums[1]["cc"])
+        self.assertTrue(any(not c.location(k, "ca")["local"] for k in (1, 2, 3)))
+        # A new version has a new digest everywhere.
+        c.publish(3, "cb", chunk_bytes("cb2", size))
+        for k in (1, 2):
+            wait_until(lambda: os.getxattr(c.path(k, "cb"), "user.kvfs.checksum").decode()
+                       not in (sums[1]["cb"],), VISIBLE_S, what=f"new digest of cb on node {k}")
+        self.assertEqual(os.getxattr(c.path(1, "cb"), "user.kvfs.checksum"),
+                         os.getxattr(c.path(3, "cb"), "user.kvfs.checksum"))
+
     def test_concurrent_reads_of_one_remote_handle_are_byte_exact(self):
         # Node 2 holds nothing: every READ goes through its PeerReader. Several threads read
         # one O_DIRECT handle (each pread is one READ) in interleaved stripes, out of order,
