@@ -110,10 +110,8 @@ Status SegmentReadAhead::EnsureRing() {
 Status SegmentReadAhead::Start(uint64_t segment, Slot* slot, bool demand) {
   slot->segment = segment;
   const Segment* found = layout_->Find(segment);
-  if (!found || found->stored_len == 0) {  // a hole: zeros, no device read
-    if (!slot->decoded && !(slot->decoded = pool_->Buffer())) return NoMemory();
-    std::memset(slot->decoded.get(), 0, SegmentRawLen(layout_->size, segment, seg_size_));
-    slot->served = slot->decoded;
+  if (!found || found->stored_len == 0) {  // a hole: the pool's zeros, no device read
+    if (!(slot->served = pool_->Zeros())) return NoMemory();
     slot->state = Slot::State::kReady;
     return Status::Ok();
   }

@@ -42,6 +42,16 @@ void ReadAheadPool::Recycle(uint8_t* buffer) {
   std::free(buffer);
 }
 
+std::shared_ptr<uint8_t> ReadAheadPool::Zeros() {
+  std::lock_guard lock(mu_);
+  if (!zeros_) {
+    auto* z = static_cast<uint8_t*>(std::calloc(1, buffer_bytes_));
+    if (!z) return nullptr;
+    zeros_ = std::shared_ptr<uint8_t>(z, [](uint8_t* p) { std::free(p); });
+  }
+  return zeros_;
+}
+
 size_t ReadAheadPool::idle_buffers() const {
   std::lock_guard lock(mu_);
   return idle_buffers_.size();

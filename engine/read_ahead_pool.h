@@ -27,6 +27,8 @@ class ReadAheadPool : public std::enable_shared_from_this<ReadAheadPool> {
   std::shared_ptr<uint8_t> Buffer();
   // An owned ring on the engine's devices, reused from a reader that finished.
   Result<std::unique_ptr<IoRing>> TakeRing(const RingConfig& config);
+  // One buffer of zeros, shared by every hole of every reader; never written.
+  std::shared_ptr<uint8_t> Zeros();
   // Gives a ring back; it must have nothing in flight.
   void ReturnRing(std::unique_ptr<IoRing> ring);
   // Frees the idle rings (the engine closes) and takes no more back.
@@ -47,13 +49,14 @@ class ReadAheadPool : public std::enable_shared_from_this<ReadAheadPool> {
 
   // Idle buffers kept for the next readers: enough for a few files' windows, not the budget
   // (memory a quiet daemon holds for nothing).
-  static constexpr uint64_t kIdleBufferBytes = 64ull << 20;
+  static constexpr uint64_t kIdleBufferBytes = 32ull << 20;
   static constexpr size_t kIdleRings = 16;
 
   const uint32_t buffer_bytes_;
   mutable std::mutex mu_;
   std::vector<uint8_t*> idle_buffers_;
   std::vector<std::unique_ptr<IoRing>> idle_rings_;
+  std::shared_ptr<uint8_t> zeros_;
   bool rings_closed_ = false;
 };
 

@@ -164,26 +164,31 @@ Result<Inode*> Namespace::FindDir(uint64_t ino) {
 }
 
 Inode* Namespace::Child(Inode* dir, std::string_view name) {
-  auto it = dir->dir->cookie_of.find(name);
-  if (it == dir->dir->cookie_of.end()) return nullptr;
-  return Find(dir->dir->by_cookie.at(it->second).ino);
+  auto it = dir->dir->by_name.find(name);
+  if (it == dir->dir->by_name.end()) return nullptr;
+  return Find(it->second->second.ino);
 }
 
 void Namespace::LinkChild(Inode* dir, const std::string& name, Inode* child) {
   uint64_t cookie = dir->dir->next_cookie++;
   const bool is_dir = child->dir != nullptr;
-  dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id, is_dir});
-  dir->dir->cookie_of.emplace(name, cookie);
+  auto entry = dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id, is_dir});
+  if (!dir->dir->by_name.emplace(entry.first->second.name, entry.first).second) {
+    // Callers unlink a name before they link it again; never keep an entry by_name lacks.
+    spdlog::error("namespace: {} linked twice in directory {}", name, dir->rec.id);
+    dir->dir->by_cookie.erase(entry.first);
+    return;
+  }
   if (is_dir) ++dir->dir->subdirs;
 }
 
 void Namespace::UnlinkChild(Inode* dir, const std::string& name) {
-  auto it = dir->dir->cookie_of.find(name);
-  if (it == dir->dir->cookie_of.end()) return;
-  auto child = dir->dir->by_cookie.find(it->second);
+  auto it = dir->dir->by_name.find(name);
+  if (it == dir->dir->by_name.end()) return;
+  const Directory::ByCookie::iterator child = it->second;
   if (child->second.is_dir) --dir->dir->subdirs;
+  dir->dir->by_name.erase(it);  // first: its key views the name the by_cookie node holds
   dir->dir->by_cookie.erase(child);
-  dir->dir->cookie_of.erase(it);
 }
 
 void Namespace::DetachEntry(Inode* dir, Inode* in, const std::string& name, Timespec64 now,

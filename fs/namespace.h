@@ -62,13 +62,12 @@ struct Directory {
   };
   // Readdir cookies: each entry gets the next cookie when it is linked, so an offset handed to
   // the kernel stays valid while other entries come and go (1 and 2 are "." and "..").
-  std::map<uint64_t, Child> by_cookie;
-  // Looked up by string_view (transparent hash): a lookup allocates nothing.
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, uint64_t, NameHash, std::equal_to<>> cookie_of;
+  using ByCookie = std::map<uint64_t, Child>;
+  ByCookie by_cookie;
+  // The same entries by name. The keys view the names in by_cookie's nodes (which never move),
+  // so a directory keeps each name once: with millions of hash-named chunks, a second copy of
+  // every name would be a large share of the daemon's memory.
+  std::unordered_map<std::string_view, ByCookie::iterator> by_name;
   uint64_t next_cookie = 3;
   uint32_t subdirs = 0;  // for nlink: 2 + one ".." per subdirectory
 };

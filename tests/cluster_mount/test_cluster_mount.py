@@ -264,8 +264,11 @@ class ClusterMount(unittest.TestCase):
         with open(c.path(1, ".kvfs/status")) as f:
             status = json.load(f)
         self.assertGreaterEqual(status["checksum_failures"], 1, status)
-        # The bad copy leaves the holder list and node 2 (the one good holder) repairs: node 1
-        # holds a good copy again.
+        # The bad copy leaves the holder list (node 1 logs it once it no longer holds the
+        # chunk) and node 2, the one good holder, repairs: node 1 holds a copy again, which
+        # after that log line can only be a fresh one.
+        wait_until(lambda: "is gone (corrupt)" in c.log(1), REPAIR_S, 0.1,
+                   what="node 1 drops its corrupt copy")
         wait_until(lambda: c.nodes_json(2)["repair"]["repaired_chunks"] >= 1
                    and c.location(1, "bitrot")["local"]
                    and sorted(holder_ids(c.location(2, "bitrot"))) == [1, 2],
