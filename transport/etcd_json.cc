@@ -271,17 +271,27 @@ Result<int64_t> DecodeLeaseGrant(std::string_view body) {
   return id;
 }
 
+namespace {
+
+// A stream message without "result": etcd's error object as a Status, or `missing` when
+// there is none either.
+Status StreamError(const json& j, const char* prefix, const char* missing) {
+  if (auto e = j.find("error"); e != j.end() && e->is_object()) {
+    int64_t code = 0;
+    GetInt(*e, "grpc_code", &code);
+    std::string message = e->value("message", std::string());
+    return Status::Error(GrpcToErrno(code, message), prefix + message);
+  }
+  return Bad(missing);
+}
+
+}  // namespace
+
 Result<int64_t> DecodeLeaseKeepAlive(std::string_view body) {
   KVFS_ASSIGN_OR_RETURN(json j, Parse(body));
   auto result = j.find("result");
   if (result == j.end() || !result->is_object()) {
-    if (auto e = j.find("error"); e != j.end() && e->is_object()) {
-      int64_t code = 0;
-      GetInt(*e, "grpc_code", &code);
-      std::string message = e->value("message", std::string());
-      return Status::Error(GrpcToErrno(code, message), "etcd: " + message);
-    }
-    return Bad("keepalive result");
+    return StreamError(j, "etcd: ", "keepalive result");
   }
   int64_t ttl = 0;
   if (!GetInt(*result, "TTL", &ttl)) return Bad("keepalive TTL");
@@ -293,13 +303,7 @@ Result<WatchResponse> DecodeWatch(std::string_view line) {
   KVFS_ASSIGN_OR_RETURN(json j, Parse(line));
   auto result = j.find("result");
   if (result == j.end() || !result->is_object()) {
-    if (auto e = j.find("error"); e != j.end() && e->is_object()) {
-      int64_t code = 0;
-      GetInt(*e, "grpc_code", &code);
-      std::string message = e->value("message", std::string());
-      return Status::Error(GrpcToErrno(code, message), "etcd watch: " + message);
-    }
-    return Bad("watch message without result");
+    return StreamError(j, "etcd watch: ", "watch message without result");
   }
   WatchResponse w;
   KVFS_ASSIGN_OR_RETURN(w.revision, HeaderRevision(*result));

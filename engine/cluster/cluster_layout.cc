@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "namespace_keys.h"
+
 namespace kvfs::cluster {
 namespace {
 
@@ -51,27 +53,8 @@ const ClusterLayout* AsClusterLayout(const LayoutRef& layout) {
   return static_cast<const ClusterLayout*>(layout.get());
 }
 
-std::string ChunkName(uint64_t chunk) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, chunk);
-  return buf;
-}
+std::string ChunkName(uint64_t chunk) { return Hex16(chunk); }
 
-uint64_t ParseChunkName(const std::string& name) {
-  if (name.size() != 16) return 0;
-  uint64_t v = 0;
-  for (char c : name) {
-    int d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else {
-      return 0;
-    }
-    v = (v << 4) | static_cast<uint64_t>(d);
-  }
-  return v;
-}
+uint64_t ParseChunkName(const std::string& name) { return ParseHex16(name).value_or(0); }
 
 }  // namespace kvfs::cluster

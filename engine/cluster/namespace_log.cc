@@ -254,6 +254,29 @@ void NamespaceLog::RecordCommit(const MetaBatch& batch, int64_t revision) {
   }
 }
 
+Result<etcd::TxnResponse> NamespaceLog::SendTxn(const etcd::TxnRequest& txn,
+                                                const std::vector<const MetaBatch*>& batches) {
+  {
+    std::lock_guard lock(mu_);
+    in_flight_ = true;
+    ++txn_started_;
+  }
+  Result<etcd::TxnResponse> r = etcd_->Txn(txn);
+  {
+    std::lock_guard lock(mu_);
+    if (r.ok() && r->succeeded) {
+      own_revisions_.insert(r->revision);
+      for (const MetaBatch* b : batches) RecordCommit(*b, r->revision);
+      counters_.txns++;
+      counters_.batches += batches.size();
+    }
+    in_flight_ = false;
+    ++txn_done_;
+    in_flight_cv_.notify_all();
+  }
+  return r;
+}
+
 void NamespaceLog::CommitGroup(std::vector<std::shared_ptr<Pending>>& group) {
   if (group.size() == 1) {
     CommitOne(*group[0]);
@@ -267,24 +290,9 @@ void NamespaceLog::CommitGroup(std::vector<std::shared_ptr<Pending>>& group) {
     txn.compare.insert(txn.compare.end(), one.compare.begin(), one.compare.end());
     txn.success.insert(txn.success.end(), one.success.begin(), one.success.end());
   }
-  {
-    std::lock_guard lock(mu_);
-    in_flight_ = true;
-    ++txn_started_;
-  }
-  Result<etcd::TxnResponse> r = etcd_->Txn(txn);
-  {
-    std::lock_guard lock(mu_);
-    if (r.ok() && r->succeeded) {
-      own_revisions_.insert(r->revision);
-      for (auto& p : group) RecordCommit(p->batch, r->revision);
-      counters_.txns++;
-      counters_.batches += group.size();
-    }
-    in_flight_ = false;
-    ++txn_done_;
-    in_flight_cv_.notify_all();
-  }
+  std::vector<const MetaBatch*> batches;
+  for (auto& p : group) batches.push_back(&p->batch);
+  Result<etcd::TxnResponse> r = SendTxn(txn, batches);
   if (r.ok() && r->succeeded) {
     for (auto& p : group) Finish(*p, Status::Ok(), r->revision);
     return;
@@ -299,24 +307,7 @@ void NamespaceLog::CommitOne(Pending& p) {
     etcd::TxnRequest txn;
     std::set<std::string> keys;
     if (Status st = BuildTxn(batch, &txn, &keys); !st.ok()) return Finish(p, st, 0);
-    {
-      std::lock_guard lock(mu_);
-      in_flight_ = true;
-      ++txn_started_;
-    }
-    Result<etcd::TxnResponse> r = etcd_->Txn(txn);
-    {
-      std::lock_guard lock(mu_);
-      if (r.ok() && r->succeeded) {
-        own_revisions_.insert(r->revision);
-        RecordCommit(batch, r->revision);
-        counters_.txns++;
-        counters_.batches++;
-      }
-      in_flight_ = false;
-      ++txn_done_;
-      in_flight_cv_.notify_all();
-    }
+    Result<etcd::TxnResponse> r = SendTxn(txn, {&batch});
     if (!r.ok()) {
       if (etcd::IsUnreachable(r.status())) {
         std::lock_guard lock(mu_);

@@ -131,6 +131,10 @@ class NamespaceLog {
   // own commits of it that the fs had not heard of when it built the batch.
   uint64_t Rebase(ObjectId id, uint64_t rev) const;
   void RecordCommit(const MetaBatch& batch, int64_t revision);
+  // Sends one transaction, marked in flight meanwhile (the watch waits for it); on success
+  // records the commit of every batch it carries.
+  Result<etcd::TxnResponse> SendTxn(const etcd::TxnRequest& txn,
+                                    const std::vector<const MetaBatch*>& batches);
   // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
   // the holders of its names to what etcd holds.
   void ResetTo(const MetaBatch& batch, int64_t seen_revision);

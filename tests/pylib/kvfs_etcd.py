@@ -25,6 +25,8 @@ import subprocess
 import time
 import urllib.request
 
+from kvfs_testlib import file_tail
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -118,10 +120,4 @@ class EtcdProcess:
         self.proc = None
 
     def log_tail(self, nbytes: int = 2000) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - nbytes))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, nbytes)

@@ -199,6 +199,17 @@ class KvfsError(RuntimeError):
     pass
 
 
+def file_tail(path: str, nbytes: int) -> str:
+    """The last nbytes of a file (a daemon's log), decoded leniently; "" when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - nbytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class KvfsMount:
     """A kvfs daemon mounted on a fresh temp mountpoint with a fresh data dir.
 
@@ -268,13 +279,7 @@ class KvfsMount:
         self.cleanup()
 
     def log_tail(self, nbytes: int = 4000) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - nbytes))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, nbytes)
 
     def start(self) -> None:
         if self._pid is not None and _pid_alive(self._pid):
