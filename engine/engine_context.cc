@@ -97,6 +97,13 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
         }
         // A whole lz4 segment decodes straight into the caller's buffer.
         const bool whole = r.from == 0 && r.len == r.seg->raw_len;
+        if (r.peer_checks) {
+          if (!whole || r.seg->codec != Codec::kNone || r.seg->stored_len != r.seg->raw_len) {
+            return Status::Invalid("only a whole raw segment goes out unchecked");
+          }
+          std::memcpy(r.out, buf, r.len);
+          return Status::Ok();
+        }
         if (!whole && r.seg->codec != Codec::kNone) decoded.resize(r.seg->raw_len);
         uint8_t* decode_buf = whole ? r.out : decoded.data();
         KVFS_ASSIGN_OR_RETURN(const uint8_t* raw, OpenSegment(*r.seg, buf, decode_buf));

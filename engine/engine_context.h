@@ -31,6 +31,9 @@ struct SegmentRead {
   uint32_t from = 0;
   uint32_t len = 0;
   uint8_t* out = nullptr;
+  // A whole segment stored raw, going to a peer with seg->checksum: copied out unchecked, the
+  // receiver's check is the only one (ChunkStore::ReadForPeer).
+  bool peer_checks = false;
 };
 
 // One stored payload going to the device (len a multiple of 4 KiB, data 4 KiB aligned).

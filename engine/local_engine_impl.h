@@ -43,6 +43,8 @@ class LocalEngineImpl final : public LocalEngine {
   Status AwaitDurable(uint64_t token) override;
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
   Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) override;
+  Result<size_t> ReadForPeer(const LayoutRef& layout, uint64_t offset, void* out, size_t len,
+                             std::vector<DataDigest>* digests) override;
   Status Verify(const LayoutRef& layout) override;
   Result<uint64_t> ContentChecksum(const LayoutRef& layout) const override;
   Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
@@ -61,7 +63,9 @@ class LocalEngineImpl final : public LocalEngine {
   };
 
   Status Validate(const MetaBatch& batch) const;
-  Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len);
+  // Read, and ReadForPeer when `digests` is set.
+  Result<size_t> ReadChecked(const LayoutRef& layout, uint64_t offset, void* out, size_t len,
+                             std::vector<DataDigest>* digests = nullptr);
   void DropCorrupt(const LayoutRef& layout, const Status& why);
   uint64_t Enqueue(std::string encoded, std::vector<LayoutRef> dropped,
                    IndexUndo undo = {});  // mu_ held

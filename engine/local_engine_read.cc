@@ -27,6 +27,18 @@ Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, v
   return r;
 }
 
+Result<size_t> LocalEngineImpl::ReadForPeer(const LayoutRef& layout, uint64_t offset, void* out,
+                                            size_t len, std::vector<DataDigest>* digests) {
+  if (digests == nullptr) return Status::Invalid("ReadForPeer without digests");
+  const size_t first = digests->size();
+  Result<size_t> r = ReadChecked(layout, offset, out, len, digests);
+  if (!r.ok()) {
+    digests->resize(first);
+    if (r.status().IsCorruption()) DropCorrupt(layout, r.status());
+  }
+  return r;
+}
+
 Result<std::unique_ptr<ChunkReader>> LocalEngineImpl::NewReader(LayoutRef layout) {
   // 8 segments ahead: enough to keep the device busy (fio peaks at depth 8 here) while the
   // window stays at 12 MiB per sequentially read file.
@@ -88,27 +100,41 @@ void LocalEngineImpl::DropCorrupt(const LayoutRef& layout, const Status& why) {
 }
 
 Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t offset, void* out,
-                                            size_t len) {
+                                            size_t len, std::vector<DataDigest>* digests) {
   if (!layout || offset >= layout->size || len == 0) return size_t{0};
   if (!ctx_->space().Owns(layout)) return Status::Invalid("layout was not made by this engine");
   const uint64_t seg = options_.segment_size;
   const uint64_t end = std::min<uint64_t>(layout->size, offset + len);
   std::vector<SegmentRead> reads;
   auto* dst = static_cast<uint8_t*>(out);
+  // For a peer: one digest per piece, in order. A whole segment stored raw goes with its stored
+  // checksum, unchecked here; any other piece (a hole, part of a segment, an lz4 segment) is
+  // checked as every read is, then digested (`to_digest`: where it starts, its digest's index).
+  std::vector<std::pair<const uint8_t*, size_t>> to_digest;
   for (uint64_t j = offset / seg; j * seg < end; ++j) {
     const uint64_t start = j * seg;
     const uint32_t from = static_cast<uint32_t>(std::max(offset, start) - start);
     const uint32_t to = static_cast<uint32_t>(std::min(end - start, seg));
+    uint8_t* const piece = dst + (start + from - offset);
     const Segment* s = layout->Find(j);
+    bool as_stored = false;
     if (!s) {  // a hole
-      std::memset(dst + (start + from - offset), 0, to - from);
-      continue;
+      std::memset(piece, 0, to - from);
+    } else {
+      if (to > s->raw_len) return Status::Corruption("segment shorter than the layout says");
+      as_stored = digests && from == 0 && to == s->raw_len && s->codec == Codec::kNone &&
+                  s->stored_len == s->raw_len;
+      reads.push_back({s, from, to - from, piece, as_stored});
     }
-    if (to > s->raw_len) return Status::Corruption("segment shorter than the layout says");
-    reads.push_back({s, from, to - from, dst + (start + from - offset)});
+    if (!digests) continue;
+    digests->push_back({to - from, as_stored ? s->checksum : 0});
+    if (!as_stored) to_digest.emplace_back(piece, digests->size() - 1);
   }
   ctx_->counters().reads.fetch_add(1);
   KVFS_RETURN_IF_ERROR(ctx_->ReadSegments(reads));
+  for (const auto& [piece, i] : to_digest) {
+    (*digests)[i].xxh3 = SegmentCodec::Checksum(piece, (*digests)[i].length);
+  }
   return static_cast<size_t>(end - offset);
 }
 

@@ -38,8 +38,9 @@ std::shared_ptr<RdmaPeerClient::DataPath> RdmaPeerClient::EnsureDataPath(Deadlin
 Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRequest& req,
                                                std::span<uint8_t> out, Deadline deadline) {
   KVFS_ASSIGN_OR_RETURN(MemoryRegion region, path.cache->Pin(out.data(), req.length));
-  const uint32_t flags = wire::kFlagRdmaData |
-                         (options_.data_checksums ? static_cast<uint32_t>(wire::kFlagDataCrc) : 0u);
+  const uint32_t flags =
+      wire::kFlagRdmaData |
+      (options_.data_checksums ? static_cast<uint32_t>(wire::kFlagDataDigests) : 0u);
   auto frame = tcp_.Call(MsgType::kGet, flags, wire::Encode(req), {}, nullptr, deadline);
   if (!frame.ok()) {
     path.cache->Unpin(region);
@@ -53,10 +54,8 @@ Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRe
   if (st.ok() && reply.length > 0) {
     st = path.endpoint->Read(region, out.data(), *reply.remote, reply.length, deadline);
   }
-  if (st.ok()) {
-    // READ data did not stream through a socket: checksum it here.
-    st = CheckDataCrc(frame->header.flags, flags, reply, wire::Crc32c(out.data(), reply.length));
-  }
+  // The serving engine's checksums came with the grant: checked here, once.
+  if (st.ok()) st = CheckDataDigests(frame->header.flags, flags, reply, out);
   path.cache->Unpin(region);
   if (reply.remote) {
     // Best effort: an unreleased grant expires on the server by itself.
@@ -67,6 +66,7 @@ Result<wire::GetReply> RdmaPeerClient::RdmaGet(DataPath& path, const wire::GetRe
   }
   if (!st.ok()) return st;
   reply.remote.reset();
+  reply.digests.clear();
   return reply;
 }
 
@@ -79,8 +79,11 @@ Result<wire::GetReply> RdmaPeerClient::Get(const wire::GetRequest& req, std::spa
     auto r = RdmaGet(*path, req, out, deadline);
     // Only "RDMA cannot serve this" (or a broken QP) falls back to TCP; a real answer from the
     // server (ENOENT, ESTALE...) is final.
+    // A digest mismatch is read again over TCP, whose GET asks the server to check its copy
+    // should the bytes not match again.
     const bool rdma_broke = path->endpoint->state() != RdmaState::kConnected;
-    if (r.ok() || (!rdma_broke && r.status().err() != EOPNOTSUPP && r.status().err() != ENOMEM)) {
+    const int err = r.ok() ? 0 : r.status().err();
+    if (r.ok() || (!rdma_broke && err != EOPNOTSUPP && err != ENOMEM && err != kDigestMismatch)) {
       return r;
     }
   }

@@ -39,6 +39,17 @@ Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::G
   return Status::Ok();
 }
 
+Status CheckDataDigests(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
+                        std::span<const uint8_t> data) {
+  if (!(request_flags & wire::kFlagDataDigests)) return Status::Ok();
+  if (!(answer_flags & wire::kFlagDataDigests) || (reply.length > 0 && reply.digests.empty())) {
+    return Status::Error(EPROTO, "GET answer without the digests asked for");
+  }
+  Status st = wire::CheckDigests(reply.digests, data.subspan(0, reply.length));
+  if (!st.ok()) return Status::Error(kDigestMismatch, st.message());
+  return Status::Ok();
+}
+
 TcpPeerClient::TcpPeerClient(PeerAddress peer, ClientOptions options)
     : peer_(std::move(peer)),
       options_(std::move(options)),
@@ -282,11 +293,22 @@ Result<wire::GetReply> TcpPeerClient::GetPieces(const wire::GetRequest& req, std
 
 Result<wire::GetReply> TcpPeerClient::GetRange(const wire::GetRequest& req, std::span<uint8_t> out,
                                                Deadline deadline) {
+  if (!options_.data_checksums) return GetOnce(req, out, 0, deadline);
+  Result<wire::GetReply> r = GetOnce(req, out, wire::kFlagDataDigests, deadline);
+  if (r.ok() || r.status().err() != kDigestMismatch) return r;
+  // The bytes do not match the serving engine's checksums: damaged on the way, or on its disk.
+  // Asked again with a CRC instead, the server checks its copy first (a corrupt one is dropped
+  // there and the answer is EIO, so the caller moves to another replica).
+  spdlog::warn("{}; reading it again with the server's check", r.status().ToString());
+  return GetOnce(req, out, wire::kFlagDataCrc, deadline);
+}
+
+Result<wire::GetReply> TcpPeerClient::GetOnce(const wire::GetRequest& req, std::span<uint8_t> out,
+                                              uint32_t flags, Deadline deadline) {
   auto sink = [&](const ReceivedFrame& f) -> Result<std::span<uint8_t>> {
     if (f.data_len > req.length) return Status::Error(EPROTO, "GET answer longer than asked");
     return out.subspan(0, f.data_len);
   };
-  const uint32_t flags = options_.data_checksums ? static_cast<uint32_t>(wire::kFlagDataCrc) : 0u;
   KVFS_ASSIGN_OR_RETURN(ReceivedFrame f,
                         Call(MsgType::kGet, flags, wire::Encode(req), {}, sink, deadline));
   wire::GetReply reply;
@@ -295,7 +317,9 @@ Result<wire::GetReply> TcpPeerClient::GetRange(const wire::GetRequest& req, std:
     st = Status::Error(EPROTO, "GET answer length does not match its data");
   }
   if (st.ok()) st = CheckDataCrc(f.header.flags, flags, reply, f.data_crc);
+  if (st.ok()) st = CheckDataDigests(f.header.flags, flags, reply, out);
   if (!st.ok()) return Annotate(st);
+  reply.digests.clear();  // checked: what the caller gets is verified bytes
   return reply;
 }
 

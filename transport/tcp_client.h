@@ -3,6 +3,7 @@
 // one) and holds it until its answer is in; concurrency per peer is the pool size.
 #pragma once
 
+#include <cerrno>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,14 @@ namespace kvfs {
 // when the server left the checksum out.
 Status CheckDataCrc(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
                     uint32_t actual);
+
+// The errno CheckDataDigests gives when the bytes do not match their digests. Never returned
+// to a GET's caller: the GET is asked again with kFlagDataCrc, which the server checks first.
+constexpr int kDigestMismatch = EBADMSG;
+// Checks a GET answer's digests (kFlagDataDigests, when the request asked for them) against the
+// bytes received: kDigestMismatch when one does not match, EPROTO when the server left them out.
+Status CheckDataDigests(uint32_t answer_flags, uint32_t request_flags, const wire::GetReply& reply,
+                        std::span<const uint8_t> data);
 
 class TcpPeerClient : public PeerClient {
  public:
@@ -53,8 +62,12 @@ class TcpPeerClient : public PeerClient {
   // A GET longer than one piece: fetched piece by piece over up to IdleCapacity() connections.
   Result<wire::GetReply> GetPieces(const wire::GetRequest& req, std::span<uint8_t> out,
                                    uint64_t piece, Deadline deadline);
+  // One range in one GET: with digests when data_checksums is on, asked again with a CRC when
+  // the bytes do not match them.
   Result<wire::GetReply> GetRange(const wire::GetRequest& req, std::span<uint8_t> out,
                                   Deadline deadline);
+  Result<wire::GetReply> GetOnce(const wire::GetRequest& req, std::span<uint8_t> out,
+                                 uint32_t flags, Deadline deadline);
   Result<std::unique_ptr<Connection>> Acquire(Deadline deadline);
   void Release(std::unique_ptr<Connection> conn, bool healthy);
   Result<std::unique_ptr<Connection>> Open(Deadline deadline);

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <exception>
 
@@ -304,6 +305,25 @@ bool TcpPeerServer::Handshake(Conn& conn, const ReceivedFrame& frame) {
   return true;
 }
 
+// The digests a GET answer carries: the handler's when they cover its bytes exactly, one
+// computed here when it gave none.
+static Result<wire::GetReply> SealDigests(wire::GetReply reply, std::span<const uint8_t> out,
+                                          std::vector<DataDigest> digests) {
+  if (digests.empty() && reply.length > 0) {
+    digests.push_back({static_cast<uint32_t>(reply.length), XXH3_64bits(out.data(), reply.length)});
+  }
+  uint64_t covered = 0;
+  for (const DataDigest& d : digests) {
+    if (d.length == 0) return Status::IoError("handler returned an empty digest span");
+    covered += d.length;
+  }
+  if (covered != reply.length || digests.size() > wire::kMaxDigests) {
+    return Status::IoError("handler's digests do not cover its bytes");
+  }
+  reply.digests = std::move(digests);
+  return reply;
+}
+
 Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8_t> data,
                                Scratch& scratch, Answer* answer, bool* fatal) {
   answer->type = frame.header.type;
@@ -339,14 +359,18 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
       } else {
         out = scratch.Get(req.length);
       }
-      auto r = Guard([&] { return handler_->Get(req, out); });
+      const bool want_digests = frame.header.flags & wire::kFlagDataDigests;
+      std::vector<DataDigest> digests;
+      auto r = Guard([&] { return handler_->Get(req, out, want_digests ? &digests : nullptr); });
       if (r.ok() && r->length > out.size()) r = Status::IoError("handler returned too many bytes");
+      if (r.ok() && want_digests) r = SealDigests(*r, out, std::move(digests));
       if (!r.ok()) {
         if (exported) exporter->Release(exported->remote.token);
         return r.status();
       }
       wire::GetReply reply = *r;
       reply.remote.reset();
+      if (want_digests) answer->flags |= wire::kFlagDataDigests;
       if (frame.header.flags & wire::kFlagDataCrc) {
         reply.data_crc = wire::Crc32c(out.data(), reply.length);
         answer->flags |= wire::kFlagDataCrc;

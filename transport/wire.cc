@@ -1,5 +1,7 @@
 #include "kvfs/wire.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 
 #include "byte_codec.h"
@@ -267,6 +269,13 @@ std::string Encode(const GetReply& m) {
       w.U32(v.remote->rkey);
       w.U64(v.remote->length);
     }
+    if (!v.digests.empty()) {
+      w.U32(static_cast<uint32_t>(v.digests.size()));
+      for (const DataDigest& d : v.digests) {
+        w.U32(d.length);
+        w.U64(d.xxh3);
+      }
+    }
   });
 }
 Status Decode(std::span<const uint8_t> b, GetReply* m) {
@@ -285,7 +294,40 @@ Status Decode(std::span<const uint8_t> b, GetReply* m) {
     if (rb.length < m->length) r.Fail();
     m->remote = rb;
   }
+  m->digests.clear();
+  if (r.remaining() > 0) {
+    // Present only when there are any: a count of 0, more than the cap, an empty span or spans
+    // that do not add up to `length` are malformed.
+    const uint32_t n = r.U32();
+    if (n == 0 || n > kMaxDigests || r.remaining() != size_t{n} * 12)
+      return Malformed("GET response");
+    uint64_t covered = 0;
+    m->digests.resize(n);
+    for (DataDigest& d : m->digests) {
+      d.length = r.U32();
+      d.xxh3 = r.U64();
+      if (d.length == 0) r.Fail();
+      covered += d.length;
+    }
+    if (covered != m->length) r.Fail();
+  }
   return Finish(r, "GET response");
+}
+
+Status CheckDigests(const std::vector<DataDigest>& digests, std::span<const uint8_t> data) {
+  size_t pos = 0;
+  for (const DataDigest& d : digests) {
+    if (d.length > data.size() - pos) {
+      return Status::IoError("GET digests cover more than the data");
+    }
+    if (XXH3_64bits(data.data() + pos, d.length) != d.xxh3) {
+      return Status::IoError("GET data digest mismatch at byte " + std::to_string(pos) + " (" +
+                             std::to_string(d.length) + " bytes)");
+    }
+    pos += d.length;
+  }
+  if (pos != data.size()) return Status::IoError("GET digests do not cover the data");
+  return Status::Ok();
 }
 
 std::string Encode(const PutRequest& m) {

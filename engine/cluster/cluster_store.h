@@ -96,7 +96,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Status SetDraining(uint16_t node, bool draining) override;
 
   // RequestHandler (peers)
-  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) override;
+  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
+                             std::vector<DataDigest>* digests) override;
   Result<wire::PutReply> Put(const wire::PutRequest& req, std::span<const uint8_t> data) override;
   Result<StoreStats> Stats() override { return static_cast<const ClusterStore*>(this)->Stats(); }
 

@@ -42,6 +42,13 @@ struct MetaBatch {
   bool exclusive = false;
 };
 
+// The XXH3-64 of `length` consecutive bytes of a chunk, as sent to a peer that checks them.
+struct DataDigest {
+  uint32_t length = 0;
+  uint64_t xxh3 = 0;
+  bool operator==(const DataDigest&) const = default;
+};
+
 // What a batch became once committed (ChunkStore::AwaitCommitted).
 struct Committed {
   uint64_t revision = 0;  // the revision of every put of the batch (0: an unversioned store)
@@ -205,6 +212,17 @@ class ChunkStore {
   // gives EIO. For tools and the store's own use (repair, serving peers): the fs reads through
   // NewReader only.
   virtual Result<size_t> Read(const LayoutRef& layout, uint64_t offset, void* out, size_t len) = 0;
+  // Read for a peer that checks the bytes itself (the cluster's GET with kFlagDataDigests):
+  // appends to `digests` the XXH3-64 of consecutive spans covering the bytes returned. Where
+  // the store already keeps a span's digest (an engine segment stored raw and read whole),
+  // those bytes are not checked here: the receiver's check is the only one, and a receiver
+  // whose check fails reads again through Read, which checks and drops a corrupt copy.
+  // EOPNOTSUPP where the store has no such path (the caller then uses Read).
+  virtual Result<size_t> ReadForPeer(const LayoutRef& /*layout*/, uint64_t /*offset*/,
+                                     void* /*out*/, size_t /*len*/,
+                                     std::vector<DataDigest>* /*digests*/) {
+    return Status::Error(EOPNOTSUPP, "this store has no peer read path");
+  }
   // The reader of one published version for one open file (it holds the layout): verified bytes
   // in the store's buffers, with read-ahead for sequential readers. Every store has one; EINVAL
   // for a layout another store made.

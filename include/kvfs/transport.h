@@ -119,8 +119,11 @@ class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
   // Fills `out` (sized min(req.length, the frame's room)) from the chunk; returns the reply with
-  // length = bytes written into out.
-  virtual Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) = 0;
+  // length = bytes written into out. `digests` is null unless the client asked for them
+  // (kFlagDataDigests): the handler then may append the XXH3-64 of consecutive spans covering
+  // the bytes (see ChunkStore::ReadForPeer); if it appends none, the server computes one.
+  virtual Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
+                                     std::vector<DataDigest>* digests) = 0;
   // `data` (req.length bytes) is valid only during the call.
   virtual Result<wire::PutReply> Put(const wire::PutRequest& req,
                                      std::span<const uint8_t> data) = 0;

@@ -73,8 +73,15 @@ enum FrameFlags : uint32_t {
   // On a PUT request: its data_crc is set and must be checked. On a GET request: please set
   // data_crc on the answer (the answer then carries the flag too).
   kFlagDataCrc = 1u << 2,
+  // On a GET request: answer with GetReply::digests, the XXH3-64 of consecutive spans of the
+  // data (the answer then carries the flag too). Where the serving engine keeps a span's digest
+  // already (a segment stored raw, sent whole), that stored checksum travels with the bytes and
+  // the receiver's check is the only one: see docs/transport.md "One checksum end to end".
+  kFlagDataDigests = 1u << 3,
 };
-constexpr uint32_t kKnownFlags = kFlagResponse | kFlagRdmaData | kFlagDataCrc;
+constexpr uint32_t kKnownFlags = kFlagResponse | kFlagRdmaData | kFlagDataCrc | kFlagDataDigests;
+// The most digests one GET answer carries (a 96 MiB frame of 64 KiB segments needs 1,536).
+constexpr size_t kMaxDigests = 4096;
 
 struct FrameHeader {
   MsgType type = MsgType::kPing;
@@ -153,7 +160,13 @@ struct GetReply {
   uint64_t length = 0;    // bytes of data following (TCP) or in `remote` (RDMA)
   uint32_t data_crc = 0;  // Crc32c of the data when the frame has kFlagDataCrc
   std::optional<RemoteBuffer> remote;
+  // With kFlagDataDigests: spans covering the `length` bytes in order, each non-empty (encoded
+  // after `remote`, only when there are any, so an answer without them reads as before).
+  std::vector<DataDigest> digests;
 };
+// EIO unless `digests` cover `data` exactly and every span's XXH3-64
+// matches. The receiver's check of kFlagDataDigests.
+Status CheckDigests(const std::vector<DataDigest>& digests, std::span<const uint8_t> data);
 
 // PUT publishes a whole chunk (the data follows the meta) atomically under `key`.
 struct PutRequest {

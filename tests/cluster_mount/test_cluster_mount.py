@@ -234,19 +234,12 @@ class ClusterMount(unittest.TestCase):
         self.assertEqual(wrong, [])
         self.assert_read_ok_bounded(c, 2, "rc", "remote-concurrent", size)
 
-    def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
-        c = self.cluster(n=2, replicas=2)
-        size = 3 * (1 << 20) + 5
-        data = chunk_bytes("bitrot", size)
-        c.publish(1, "bitrot", data)
-        c.wait_exists(2, "bitrot", VISIBLE_S)
-        self.assertEqual(sorted(holder_ids(c.location(1, "bitrot"))), [1, 2])
-        # Flip one byte of node 1's copy, in its second MiB, on node 1's device file (found by
-        # its content: the chunk is stored raw, its bytes do not compress).
-        c.stop(1)
+    def flip_stored_byte(self, c, k, data):
+        """Flips one byte of node k's (stopped) copy of `data`, in its second MiB, on node k's
+        device file (found by its content: the chunk is stored raw, its bytes do not compress)."""
         probe = data[(3 << 19):(3 << 19) + 4096]
         hits = []
-        for dirpath, _, names in os.walk(c.node(1).mount.data):
+        for dirpath, _, names in os.walk(c.node(k).mount.data):
             for name in names:
                 path = os.path.join(dirpath, name)
                 with open(path, "r+b") as f:
@@ -256,7 +249,45 @@ class ClusterMount(unittest.TestCase):
                         f.seek(at + 100)
                         f.write(bytes([blob[at + 100] ^ 0x5A]))
                         hits.append(path)
-        self.assertEqual(len(hits), 1, f"node 1's copy found in {hits}")
+        self.assertEqual(len(hits), 1, f"node {k}'s copy found in {hits}")
+
+    def test_corrupt_remote_copy_never_reaches_the_reader(self):
+        # The holder sends its stored segments unchecked, with their stored checksums, and the
+        # reader checks them (one checksum end to end). A copy that went bad on the holder's
+        # disk must still never give the reader a wrong byte: the reader's check fails, it asks
+        # again with the holder checking, the holder finds the damage and drops its copy, and
+        # the read fails with EIO. R=1: the only copy is gone, and so is the file everywhere.
+        c = self.cluster(n=2, replicas=1)
+        size = 3 * (1 << 20) + 5
+        data = chunk_bytes("remote-bitrot", size)
+        c.publish(1, "rb", data)
+        c.wait_exists(2, "rb", VISIBLE_S)
+        self.assertEqual(holder_ids(c.location(2, "rb")), [1])
+        self.assertFalse(c.location(2, "rb")["local"])
+        c.stop(1)
+        self.flip_stored_byte(c, 1, data)
+        c.restart(1)
+        c.wait_state(2, 1, "up", DOWN_S)
+        r = c.read_in_subprocess(2, "rb", timeout=READ_BOUND_S + 20)
+        self.assertFalse(r["timed_out"], "read of a corrupt remote copy hung")
+        self.assertFalse(r["ok"], "a corrupt remote copy was read without an error")
+        self.assertEqual(r["errno"], errno.EIO)
+        self.assertIn("digest mismatch", c.log(2))
+        wait_until(lambda: "is gone (corrupt)" in c.log(1), REPAIR_S, 0.1,
+                   what="node 1 drops its corrupt copy")
+        with open(c.path(1, ".kvfs/status")) as f:
+            self.assertGreaterEqual(json.load(f)["checksum_failures"], 1)
+        c.wait_gone(2, "rb", VISIBLE_S)
+
+    def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
+        c = self.cluster(n=2, replicas=2)
+        size = 3 * (1 << 20) + 5
+        data = chunk_bytes("bitrot", size)
+        c.publish(1, "bitrot", data)
+        c.wait_exists(2, "bitrot", VISIBLE_S)
+        self.assertEqual(sorted(holder_ids(c.location(1, "bitrot"))), [1, 2])
+        c.stop(1)
+        self.flip_stored_byte(c, 1, data)
         c.restart(1)
         # Node 1 reads its own copy first, finds the bad bytes, and finishes the read from node
         # 2's copy: the application never sees EIO nor a wrong byte.

@@ -1,6 +1,8 @@
 // An in-memory RequestHandler for transport tests: a flat map of key -> bytes with versions.
 #pragma once
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -22,7 +24,9 @@ class MemoryHandler : public RequestHandler {
     uint64_t version = 0;
   };
 
-  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out) override {
+  Result<wire::GetReply> Get(const wire::GetRequest& req, std::span<uint8_t> out,
+                             std::vector<DataDigest>* digests) override {
+    (digests ? digest_gets_ : checked_gets_).fetch_add(1);
     if (req.key == "throw") throw std::runtime_error("boom");
     WaitForConcurrency();
     std::lock_guard lock(mu_);
@@ -36,6 +40,18 @@ class MemoryHandler : public RequestHandler {
     if (req.offset < o.bytes.size()) {
       reply.length = std::min<uint64_t>(out.size(), o.bytes.size() - req.offset);
       std::copy_n(o.bytes.begin() + static_cast<long>(req.offset), reply.length, out.begin());
+      // Damage at rest: a checked read finds it (EIO); an unchecked one sends the damaged bytes
+      // with the digest of the good ones, as an engine sends a segment's stored checksum.
+      // Damage in flight: the bytes change after the digest was taken.
+      const bool at_rest = damaged_copy_ && reply.length > 0;
+      if (at_rest && !digests) return Status::IoError("checksum mismatch (damaged copy)");
+      const bool in_flight = in_flight_damage_ > 0 && digests && reply.length > 0;
+      if (at_rest || in_flight) {
+        digests->push_back(
+            {static_cast<uint32_t>(reply.length), XXH3_64bits(out.data(), reply.length)});
+        out[reply.length / 2] ^= 0x20;
+        if (in_flight) --in_flight_damage_;
+      }
     }
     return reply;
   }
@@ -66,6 +82,19 @@ class MemoryHandler : public RequestHandler {
   }
   int max_concurrent() const { return max_concurrent_; }
 
+  // Every copy damaged at rest (or repaired), and the next `n` GETs with digests damaged on the
+  // way (see Get). GETs answered with digests and GETs checked here, counted.
+  void DamageCopies(bool damaged) {
+    std::lock_guard lock(mu_);
+    damaged_copy_ = damaged;
+  }
+  void DamageInFlight(int n) {
+    std::lock_guard lock(mu_);
+    in_flight_damage_ = n;
+  }
+  int digest_gets() const { return digest_gets_; }
+  int checked_gets() const { return checked_gets_; }
+
  private:
   void WaitForConcurrency() {
     if (want_concurrent_ <= 1) return;
@@ -89,6 +118,9 @@ class MemoryHandler : public RequestHandler {
   int in_flight_ = 0;
   bool released_ = false;
   std::atomic<int> max_concurrent_{0};
+  bool damaged_copy_ = false;  // under mu_
+  int in_flight_damage_ = 0;   // under mu_
+  std::atomic<int> digest_gets_{0}, checked_gets_{0};
 };
 
 }  // namespace kvfs::testing

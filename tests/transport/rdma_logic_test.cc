@@ -296,7 +296,8 @@ TEST(RdmaBufferExporter, DestructorFreesEverything) {
 // ---- control messages ----
 
 TEST(RdmaControl, GrantAndReleaseFrames) {
-  wire::GetReply grant{32 << 20, 4, 32 << 20, 0, wire::RemoteBuffer{77, 0x1000, 0x42, 32 << 20}};
+  wire::GetReply grant{32 << 20, 4, 32 << 20, 0, wire::RemoteBuffer{77, 0x1000, 0x42, 32 << 20},
+                       {}};
   std::string frame = wire::EncodeFrame(
       wire::MsgType::kGet, wire::kFlagResponse | wire::kFlagRdmaData, 9, wire::Encode(grant));
   wire::FrameView v;

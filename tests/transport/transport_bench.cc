@@ -19,11 +19,11 @@ class StaticHandler : public kvfs::RequestHandler {
  public:
   StaticHandler(size_t size, bool copy) : data_(size, 0x5a), copy_(copy) {}
   // Copies from memory like a page-cache hit on the serving node would.
-  kvfs::Result<kvfs::wire::GetReply> Get(const kvfs::wire::GetRequest&,
-                                         std::span<uint8_t> out) override {
+  kvfs::Result<kvfs::wire::GetReply> Get(const kvfs::wire::GetRequest&, std::span<uint8_t> out,
+                                         std::vector<kvfs::DataDigest>*) override {
     const size_t n = std::min(out.size(), data_.size());
     if (copy_) std::memcpy(out.data(), data_.data(), n);
-    return kvfs::wire::GetReply{data_.size(), 1, n, 0, std::nullopt};
+    return kvfs::wire::GetReply{data_.size(), 1, n, 0, std::nullopt, {}};
   }
   kvfs::Result<kvfs::wire::PutReply> Put(const kvfs::wire::PutRequest&,
                                          std::span<const uint8_t>) override {

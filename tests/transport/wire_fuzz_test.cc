@@ -18,7 +18,7 @@ std::vector<std::string> Seeds() {
   seeds.push_back(EncodeFrame(MsgType::kPing, 0, 2, Encode(Ping{})));
   seeds.push_back(EncodeFrame(MsgType::kGet, 0, 4, Encode(GetRequest{"k", 0, 64, 0})));
   seeds.push_back(
-      EncodeFrame(MsgType::kGet, kFlagResponse, 4, Encode(GetReply{64, 1, 64, 0, {}}), data));
+      EncodeFrame(MsgType::kGet, kFlagResponse, 4, Encode(GetReply{64, 1, 64, 0, {}, {}}), data));
   seeds.push_back(
       EncodeFrame(MsgType::kPut, 0, 5, Encode(PutRequest{"k", 0644, 0, {}, 0, 64, 0}), data));
   seeds.push_back(EncodeFrame(MsgType::kError, kFlagResponse, 6, Encode(ErrorReply{EIO, "x"})));

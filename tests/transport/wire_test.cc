@@ -3,6 +3,7 @@
 #include "kvfs/wire.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 
@@ -102,7 +103,7 @@ TEST(WireMessages, GetWithInlineData) {
 
   std::vector<uint8_t> data(100000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31);
-  GetReply reply{1 << 24, 5, data.size(), 0xdeadbeef, std::nullopt};
+  GetReply reply{1 << 24, 5, data.size(), 0xdeadbeef, std::nullopt, {}};
   GetReply out = RoundTrip(MsgType::kGet, kFlagResponse, reply, data);
   EXPECT_EQ(out.object_size, 1u << 24);
   EXPECT_EQ(out.length, data.size());
@@ -111,13 +112,83 @@ TEST(WireMessages, GetWithInlineData) {
 }
 
 TEST(WireMessages, GetWithRdmaGrant) {
-  GetReply reply{1 << 25, 3, 1 << 20, 7, RemoteBuffer{99, 0x7f0000001000ull, 0xabcd, 1 << 20}};
+  GetReply reply{1 << 25, 3, 1 << 20, 7, RemoteBuffer{99, 0x7f0000001000ull, 0xabcd, 1 << 20}, {}};
   GetReply out = RoundTrip(MsgType::kGet, kFlagResponse | kFlagRdmaData, reply);
   ASSERT_TRUE(out.remote.has_value());
   EXPECT_EQ(out.remote->token, 99u);
   EXPECT_EQ(out.remote->addr, 0x7f0000001000ull);
   EXPECT_EQ(out.remote->rkey, 0xabcdu);
   EXPECT_EQ(out.remote->length, 1u << 20);
+}
+
+TEST(WireMessages, GetWithDigestsAndWithoutThemReadsAsBefore) {
+  GetReply reply{3 << 20, 2, (2 << 20) + 7, 0, std::nullopt, {{1 << 20, 11}, {(1 << 20) + 7, 12}}};
+  GetReply out = RoundTrip(MsgType::kGet, kFlagResponse | kFlagDataDigests, reply);
+  EXPECT_EQ(out.digests, reply.digests);
+  EXPECT_EQ(out.length, reply.length);
+  // Without digests the encoding is the one an answer had before they existed.
+  reply.digests.clear();
+  const std::string plain = Encode(reply);
+  EXPECT_EQ(plain.size(), 8u * 3 + 4 + 1);
+  GetReply back;
+  back.digests = {{1, 1}};
+  ASSERT_TRUE(Decode(AsBytes(plain), &back).ok());
+  EXPECT_TRUE(back.digests.empty());
+}
+
+TEST(WireMessages, MalformedDigestsAreRefused) {
+  GetReply base{100, 1, 100, 0, std::nullopt, {}};
+  const std::string head = Encode(base);
+  auto with = [&](uint32_t count, std::vector<std::pair<uint32_t, uint64_t>> spans) {
+    std::string m = head;
+    auto put = [&](uint64_t v, int n) {
+      for (int i = 0; i < n; ++i) m.push_back(static_cast<char>(v >> (8 * i)));
+    };
+    put(count, 4);
+    for (auto [len, h] : spans) {
+      put(len, 4);
+      put(h, 8);
+    }
+    GetReply out;
+    return Decode(AsBytes(m), &out);
+  };
+  EXPECT_TRUE(with(2, {{60, 1}, {40, 2}}).ok());
+  EXPECT_EQ(with(0, {}).err(), EPROTO);                          // an empty list is left out
+  EXPECT_EQ(with(2, {{60, 1}}).err(), EPROTO);                   // fewer than counted
+  EXPECT_EQ(with(1, {{60, 1}, {40, 2}}).err(), EPROTO);          // more than counted
+  EXPECT_EQ(with(2, {{60, 1}, {41, 2}}).err(), EPROTO);          // do not add up to length
+  EXPECT_EQ(with(3, {{60, 1}, {0, 3}, {40, 2}}).err(), EPROTO);  // an empty span
+  EXPECT_EQ(with(kMaxDigests + 1, {}).err(), EPROTO);            // over the cap
+  // Truncated anywhere in the list.
+  const std::string good = [&] {
+    GetReply r = base;
+    r.digests = {{60, 1}, {40, 2}};
+    return Encode(r);
+  }();
+  for (size_t n = head.size() + 1; n < good.size(); ++n) {
+    GetReply out;
+    EXPECT_EQ(Decode(AsBytes(std::string_view(good).substr(0, n)), &out).err(), EPROTO) << n;
+  }
+}
+
+TEST(WireMessages, CheckDigestsFindsAFlippedBitAndSpansThatDoNotCoverTheData) {
+  std::vector<uint8_t> data(3000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<DataDigest> d = {{1000, XXH3_64bits(data.data(), 1000)},
+                                     {2000, XXH3_64bits(data.data() + 1000, 2000)}};
+  EXPECT_TRUE(CheckDigests(d, data).ok());
+  EXPECT_TRUE(CheckDigests({}, {}).ok());
+  for (size_t at : {0, 999, 1000, 2999}) {
+    std::vector<uint8_t> bad = data;
+    bad[at] ^= 0x40;
+    EXPECT_EQ(CheckDigests(d, bad).err(), EIO) << at;
+  }
+  EXPECT_EQ(CheckDigests({}, data).err(), EIO);  // bytes no digest covers
+  EXPECT_EQ(CheckDigests(d, std::span<const uint8_t>(data).subspan(0, 2999)).err(), EIO);
+  EXPECT_EQ(CheckDigests({d[0]}, data).err(), EIO);
+  std::vector<uint8_t> longer = data;
+  longer.push_back(1);
+  EXPECT_EQ(CheckDigests(d, longer).err(), EIO);
 }
 
 TEST(WireMessages, PutWithData) {
