@@ -84,10 +84,18 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
   Status st = ring->Pipeline(
       device_reads.size(),
       [&](size_t i, RingOp& op, uint8_t*) {
-        const Segment& seg = *reads[device_reads[i]].seg;
+        const SegmentRead& r = reads[device_reads[i]];
+        const Segment& seg = *r.seg;
         op.device = seg.device;
         op.offset = seg.offset;
         op.len = (seg.stored_len + 4095u) / 4096u * 4096u;
+        // A whole raw segment the caller's buffer can take as O_DIRECT reads it (4 KiB aligned,
+        // a 4 KiB multiple) is read straight there: no copy out of the ring's buffer.
+        if (seg.codec == Codec::kNone && r.from == 0 && r.len == seg.raw_len &&
+            seg.stored_len == seg.raw_len && op.len == r.len &&
+            reinterpret_cast<uintptr_t>(r.out) % 4096 == 0) {
+          op.data = r.out;
+        }
       },
       [&](size_t i, const RingOp&, uint8_t* buf) {
         const SegmentRead& r = reads[device_reads[i]];
@@ -101,7 +109,7 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
           if (!whole || r.seg->codec != Codec::kNone || r.seg->stored_len != r.seg->raw_len) {
             return Status::Invalid("only a whole raw segment goes out unchecked");
           }
-          std::memcpy(r.out, buf, r.len);
+          if (buf != r.out) std::memcpy(r.out, buf, r.len);
           return Status::Ok();
         }
         if (!whole && r.seg->codec != Codec::kNone) decoded.resize(r.seg->raw_len);

@@ -60,8 +60,10 @@ Status DecodeMeta(const ReceivedFrame& f, T* out) {
 
 std::span<uint8_t> TcpPeerServer::Scratch::Get(size_t n) {
   if (n > capacity) {
-    bytes.reset(new uint8_t[n]);
-    capacity = n;
+    const size_t rounded = (n + 4095) / 4096 * 4096;
+    bytes.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
+    capacity = bytes ? rounded : 0;
+    if (!bytes) return {};
   }
   return {bytes.get(), n};
 }
@@ -223,6 +225,7 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     if (!authed) return Status::Error(EACCES, "data before authentication");
     if (f.data_len > options_.max_frame) return Status::Error(EMSGSIZE, "data over the cap");
     data = scratch.Get(f.data_len);
+    if (data.size() != f.data_len) return Status::Error(ENOMEM, "no memory for the data");
     return data;
   };
   ReceivedFrame frame;
@@ -358,6 +361,7 @@ Status TcpPeerServer::Dispatch(const ReceivedFrame& frame, std::span<const uint8
         out = exported->bytes.subspan(0, req.length);
       } else {
         out = scratch.Get(req.length);
+        if (out.size() != req.length) return Status::Error(ENOMEM, "no memory for the answer");
       }
       const bool want_digests = frame.header.flags & wire::kFlagDataDigests;
       std::vector<DataDigest> digests;

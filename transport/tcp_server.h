@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -41,10 +42,15 @@ class TcpPeerServer : public PeerServer {
     std::string peer;
   };
   // A worker's reusable data buffer (uninitialised: no page zeroing on each large request).
+  // A worker's buffer for GET answers and PUT data, 4 KiB aligned so that the engine can read
+  // a GET's segments into it with O_DIRECT (no copy out of its ring's buffers).
   struct Scratch {
-    std::unique_ptr<uint8_t[]> bytes;
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> bytes;
     size_t capacity = 0;
-    std::span<uint8_t> Get(size_t n);
+    std::span<uint8_t> Get(size_t n);  // empty when n bytes cannot be had
   };
   struct Answer {
     wire::MsgType type;

@@ -1,12 +1,18 @@
 // LocalEngine::ReadForPeer, the read behind a cluster GET with digests: the bytes of Read, with
 // digests that cover them; a whole raw segment goes out with its stored checksum and unchecked
 // (so damage at rest reaches the receiver's check, never a silent pass), every other piece
-// (partial, hole, lz4) is checked here and digested after.
+// (partial, hole, lz4) is checked here and digested after. Whole raw segments land straight in a
+// 4 KiB-aligned caller buffer (O_DIRECT, no copy) and a checked read there still checks them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "io_fault_injector.h"
 #include "local_engine_test_util.h"
 #include "memory_store.h"
 #include "temp_dir.h"
@@ -145,6 +151,81 @@ TEST(PeerReadTest, DamageAtRestGoesOutUncheckedUnderTheGoodDigestAndReadThenDrop
   // What the receiver falls back to: a checked Read, which refuses it too.
   std::vector<uint8_t> again(data.size());
   EXPECT_FALSE(e->Read(l, 0, again.data(), again.size()).ok());
+}
+
+// Records the buffers device reads go to.
+class ReadTargets : public IoFaultInjector {
+ public:
+  Status BeforeIo(IoRequest& r) override {
+    if (!r.write && !r.journal) {
+      std::lock_guard lock(mu_);
+      targets_.push_back(r.data);
+    }
+    return Status::Ok();
+  }
+  size_t CountIn(const uint8_t* begin, size_t len) {
+    std::lock_guard lock(mu_);
+    size_t n = 0;
+    for (const uint8_t* t : targets_) n += t >= begin && t < begin + len;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<const uint8_t*> targets_;
+};
+
+TEST(PeerReadTest, WholeRawSegmentsAreReadStraightIntoAnAlignedBufferAndStillChecked) {
+  TempDir dir;
+  EngineOptions o = Opts(dir.path());
+  auto targets = std::make_shared<ReadTargets>();
+  o.fault_injector = targets;
+  auto e = OpenOk(o);
+  ASSERT_NE(e, nullptr);
+  const auto data = Pattern(4 * kMiB + 5, 11);
+  LayoutRef l = WriteChunk(*e, data);
+  ASSERT_TRUE(Publish(*e, e->NewId(), "direct", l).ok());
+  const size_t cap = 5 * kMiB;
+  std::unique_ptr<uint8_t, decltype(&std::free)> buf(
+      static_cast<uint8_t*>(std::aligned_alloc(4096, cap)), &std::free);
+  ASSERT_NE(buf, nullptr);
+
+  // Checked read: segments 0-3 go straight into the buffer, the 5-byte tail through the ring.
+  auto n = e->Read(l, 0, buf.get(), cap);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(*n, data.size());
+  EXPECT_EQ(0, std::memcmp(buf.get(), data.data(), data.size()));
+  EXPECT_EQ(targets->CountIn(buf.get(), cap), 4u);
+  // For a peer, the same, with the stored checksums.
+  std::memset(buf.get(), 0, cap);
+  std::vector<DataDigest> digests;
+  n = e->ReadForPeer(l, 0, buf.get(), cap, &digests);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(0, std::memcmp(buf.get(), data.data(), data.size()));
+  EXPECT_EQ(targets->CountIn(buf.get(), cap), 8u);
+  ASSERT_EQ(digests.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(digests[i].xxh3, l->segments[i].checksum);
+  // Not at a segment boundary: nothing lands in place, bytes still exact.
+  n = e->Read(l, 100, buf.get(), 2 * kMiB);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(0, std::memcmp(buf.get(), data.data() + 100, 2 * kMiB));
+  EXPECT_EQ(targets->CountIn(buf.get(), cap), 8u);
+
+  // Damage segment 1 on the device: the checked in-place read still finds it.
+  {
+    int fd = ::open((dir.path() + "/device0.kvfs").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t c = 0;
+    const off_t at = static_cast<off_t>(l->segments[1].offset + 5);
+    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+    c ^= 0x01;
+    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+    ::close(fd);
+  }
+  n = e->Read(l, 0, buf.get(), cap);
+  ASSERT_FALSE(n.ok());
+  EXPECT_TRUE(n.status().IsCorruption()) << n.status().ToString();
+  EXPECT_EQ(e->Stats().corrupt_dropped, 1u);
 }
 
 TEST(PeerReadTest, StoresWithoutThePathSayEopnotsupp) {
