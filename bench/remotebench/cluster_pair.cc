@@ -1,6 +1,8 @@
 #include "cluster_pair.h"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 namespace remotebench {
 
@@ -44,6 +46,7 @@ Status ClusterPair::Start(const std::string& dir, uint64_t capacity) {
     (i == 0 ? a_ : b_) = std::move(store);
   }
   a_->SetListener(&none_);
+  base_used_ = a_->local()->Stats().used_bytes;
   b_->SetListener(this);
   return Status::Ok();
 }
@@ -107,6 +110,15 @@ Status ClusterPair::RemoveAll() {
     KVFS_RETURN_IF_ERROR(a_->Apply(batch));
   }
   published_.clear();
+  // A's copies are freed once the removals are durable, after Apply returns: wait for the
+  // space, or the next size's objects would be evicted to make room while being read.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (a_->local()->Stats().used_bytes > base_used_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status::IoError("node A did not free the removed chunks within 30 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   return Status::Ok();
 }
 

@@ -31,7 +31,7 @@ class ClusterPair : public kvfs::StoreListener {
   kvfs::Result<kvfs::LayoutRef> LayoutOnB(const std::string& name);
   // Reads [0, out.size()) of the chunk on node B: through the transport from node A.
   kvfs::Result<size_t> ReadOnB(const kvfs::LayoutRef& layout, std::span<uint8_t> out);
-  // Unlinks every published name (A's copies go with them).
+  // Unlinks every published name and waits until A's copies are freed.
   kvfs::Status RemoveAll();
 
   // StoreListener of node B: the records A commits.
@@ -43,6 +43,7 @@ class ClusterPair : public kvfs::StoreListener {
   std::unique_ptr<kvfs::cluster::ClusterStore> a_, b_;
   kvfs::StoreListener none_;  // node A's listener: nothing to follow
   std::vector<kvfs::ObjectRecord> published_;
+  uint64_t base_used_ = 0;  // A's used bytes before anything was published
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, kvfs::LayoutRef> seen_by_b_;
