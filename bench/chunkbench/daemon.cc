@@ -16,10 +16,28 @@ namespace kvfs::bench {
 
 Status Daemon::Start(const std::string& kvfs_bin, const std::string& mount, const std::string& data,
                      const std::vector<std::string>& args) {
-  mount_ = mount;
   std::vector<std::string> argv = {kvfs_bin, mount, "--data", data, "-f"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::string log = data + ".bench.log";
+  std::string status = mount + "/.kvfs/status";
+  return Launch(argv, mount, data + ".bench.log", [status] {
+    struct stat st;
+    return ::stat(status.c_str(), &st) == 0;
+  });
+}
+
+Status Daemon::StartFuse(const std::vector<std::string>& argv, const std::string& mount,
+                         const std::string& log) {
+  std::string parent = mount + "/..";
+  return Launch(argv, mount, log, [mount, parent] {
+    struct stat m, p;
+    return ::stat(mount.c_str(), &m) == 0 && ::stat(parent.c_str(), &p) == 0 &&
+           m.st_dev != p.st_dev;
+  });
+}
+
+Status Daemon::Launch(const std::vector<std::string>& argv, const std::string& mount,
+                      const std::string& log, const std::function<bool()>& ready) {
+  mount_ = mount;
   pid_ = fork();
   if (pid_ < 0) return Status::Error(errno, "fork");
   if (pid_ == 0) {
@@ -28,25 +46,24 @@ Status Daemon::Start(const std::string& kvfs_bin, const std::string& mount, cons
       dup2(fd, 1);
       dup2(fd, 2);
     }
+    std::vector<std::string> copy = argv;
     std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
+    for (auto& a : copy) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     execv(cargv[0], cargv.data());
     _exit(127);
   }
-  std::string status = mount + "/.kvfs/status";
   for (int i = 0; i < 400; ++i) {
-    struct stat st;
-    if (::stat(status.c_str(), &st) == 0) return Status::Ok();
+    if (ready()) return Status::Ok();
     int wstatus;
     if (waitpid(pid_, &wstatus, WNOHANG) == pid_) {
       pid_ = -1;
-      return Status::Error(EIO, "kvfs exited during start; see " + log);
+      return Status::Error(EIO, argv[0] + " exited during start; see " + log);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   Stop();
-  return Status::Error(ETIMEDOUT, "kvfs did not mount within 20 s; see " + log);
+  return Status::Error(ETIMEDOUT, argv[0] + " did not mount within 20 s; see " + log);
 }
 
 void Daemon::Stop() {

@@ -1,8 +1,10 @@
-// A kvfs daemon started by the benchmark: mounts on a fresh directory, stopped by PID.
+// A FUSE daemon started by the benchmark (kvfs, or the generic passthrough it is compared
+// with): mounts on a fresh directory, unmounted and stopped by PID.
 #pragma once
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,12 +18,18 @@ class Daemon {
   // Starts `kvfs MOUNT --data DATA -f ARGS...` and waits for MOUNT/.kvfs/status.
   Status Start(const std::string& kvfs_bin, const std::string& mount, const std::string& data,
                const std::vector<std::string>& args);
+  // Starts `argv` (a FUSE daemon that stays in the foreground and mounts `mount`), its output
+  // to `log`, and waits until `mount` is a mount point.
+  Status StartFuse(const std::vector<std::string>& argv, const std::string& mount,
+                   const std::string& log);
   void Stop();
   pid_t pid() const { return pid_; }
   // user+system CPU seconds the daemon has used so far.
   double CpuSeconds() const;
 
  private:
+  Status Launch(const std::vector<std::string>& argv, const std::string& mount,
+                const std::string& log, const std::function<bool()>& ready);
   pid_t pid_ = -1;
   std::string mount_;
 };
