@@ -16,6 +16,7 @@
 namespace kvfs {
 namespace {
 
+using local_engine_test::FlipDeviceByte;
 using local_engine_test::kMiB;
 using local_engine_test::OpenOk;
 using local_engine_test::Opts;
@@ -120,16 +121,7 @@ TEST(ChunkReaderTest, CorruptionMidReadFailsThatSegmentOnlyAndDropsTheRecordOnce
   const auto data = Pattern(4 * kMiB, 4);
   LayoutRef l = WriteChunk(*e, data);
   ASSERT_TRUE(Publish(*e, e->NewId(), "bad", l).ok());
-  {
-    int fd = ::open((dir.path() + "/device0.kvfs").c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t c = 0;
-    const off_t at = static_cast<off_t>(l->segments[2].offset + 777);
-    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-    c ^= 0x20;
-    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipDeviceByte(dir.path(), l->segments[2].offset + 777, 0x20));
   auto r = e->NewReader(l);
   ASSERT_TRUE(r.ok());
   // Sequential 1 MiB reads: the intact segments before the bad one are served byte-exact

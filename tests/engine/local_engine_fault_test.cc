@@ -25,17 +25,7 @@ TEST(LocalEngineTest, FlippedByteOnDeviceGivesEio) {
   LayoutRef l = WriteChunk(*e, data), ok = WriteChunk(*e, other);
   ASSERT_TRUE(Publish(*e, 10, "bad", l).ok());
   ASSERT_TRUE(Publish(*e, 11, "good", ok).ok());
-  {
-    const Segment& s = l->segments[1];
-    int fd = ::open((dir.path() + "/device0.kvfs").c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t c;
-    ASSERT_EQ(::pread(fd, &c, 1, s.offset + 777), 1);
-    c ^= 0x01;
-    ASSERT_EQ(::pwrite(fd, &c, 1, s.offset + 777), 1);
-    ::fsync(fd);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipDeviceByte(dir.path(), l->segments[1].offset + 777, 0x01));
   std::vector<uint8_t> out(data.size());
   auto n = e->Read(l, 0, out.data(), out.size());
   ASSERT_FALSE(n.ok());

@@ -3,7 +3,9 @@
 // publishing and reading back whole chunks.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -82,6 +84,20 @@ inline std::vector<uint8_t> ReadAll(ChunkStore& store, const LayoutRef& layout) 
     EXPECT_EQ(*n, out.size());
   }
   return out;
+}
+
+// Damage at rest: XORs `mask` into the byte at `offset` of the engine's first device file.
+inline void FlipDeviceByte(const std::string& dir, uint64_t offset, uint8_t mask) {
+  const std::string device = dir + "/device0.kvfs";
+  int fd = ::open(device.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << device;
+  uint8_t c = 0;
+  const bool read = ::pread(fd, &c, 1, static_cast<off_t>(offset)) == 1;
+  c ^= mask;
+  const bool written = read && ::pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1;
+  ::fsync(fd);
+  ::close(fd);
+  ASSERT_TRUE(written) << device << " at " << offset;
 }
 
 inline LayoutRef FindLayout(const std::vector<ObjectRecord>& recs, ObjectId id) {

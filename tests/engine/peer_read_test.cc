@@ -20,6 +20,7 @@
 namespace kvfs {
 namespace {
 
+using local_engine_test::FlipDeviceByte;
 using local_engine_test::kMiB;
 using local_engine_test::OpenOk;
 using local_engine_test::Opts;
@@ -122,16 +123,7 @@ TEST(PeerReadTest, DamageAtRestGoesOutUncheckedUnderTheGoodDigestAndReadThenDrop
   const auto data = Pattern(3 * kMiB, 9);
   LayoutRef l = WriteChunk(*e, data);
   ASSERT_TRUE(Publish(*e, e->NewId(), "bad", l).ok());
-  {
-    int fd = ::open((dir.path() + "/device0.kvfs").c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t c = 0;
-    const off_t at = static_cast<off_t>(l->segments[1].offset + 4242);
-    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-    c ^= 0x08;
-    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipDeviceByte(dir.path(), l->segments[1].offset + 4242, 0x08));
   // The whole raw segment is not checked here: the receiver's check is what finds it.
   PeerRead r = ReadOk(*e, l, 0, data.size());
   ASSERT_EQ(r.bytes.size(), data.size());
@@ -212,16 +204,7 @@ TEST(PeerReadTest, WholeRawSegmentsAreReadStraightIntoAnAlignedBufferAndStillChe
   EXPECT_EQ(targets->CountIn(buf.get(), cap), 8u);
 
   // Damage segment 1 on the device: the checked in-place read still finds it.
-  {
-    int fd = ::open((dir.path() + "/device0.kvfs").c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t c = 0;
-    const off_t at = static_cast<off_t>(l->segments[1].offset + 5);
-    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-    c ^= 0x01;
-    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipDeviceByte(dir.path(), l->segments[1].offset + 5, 0x01));
   n = e->Read(l, 0, buf.get(), cap);
   ASSERT_FALSE(n.ok());
   EXPECT_TRUE(n.status().IsCorruption()) << n.status().ToString();
