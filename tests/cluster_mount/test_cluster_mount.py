@@ -198,6 +198,15 @@ class ClusterMount(unittest.TestCase):
         self.assertEqual(os.getxattr(c.path(1, "cb"), "user.kvfs.checksum"),
                          os.getxattr(c.path(3, "cb"), "user.kvfs.checksum"))
 
+    def publish_remote_to_2(self, c, name, data):
+        """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
+        node 2's reads of it are remote (R=1)."""
+        c.publish(1, name, data)
+        c.wait_exists(2, name, VISIBLE_S)
+        loc = c.location(2, name)
+        self.assertEqual(holder_ids(loc), [1], loc)
+        self.assertFalse(loc["local"], loc)
+
     def test_concurrent_reads_of_one_remote_handle_are_byte_exact(self):
         # Node 2 holds nothing: every READ goes through its PeerReader. Several threads read
         # one O_DIRECT handle (each pread is one READ) in interleaved stripes, out of order,
@@ -205,11 +214,7 @@ class ClusterMount(unittest.TestCase):
         c = self.cluster(n=2, replicas=1)
         size = 24 * (1 << 20) + 321
         data = chunk_bytes("remote-concurrent", size)
-        c.publish(1, "rc", data)
-        c.wait_exists(2, "rc", VISIBLE_S)
-        loc = c.location(2, "rc")
-        self.assertEqual(holder_ids(loc), [1], loc)
-        self.assertFalse(loc["local"], loc)
+        self.publish_remote_to_2(c, "rc", data)
         fd = os.open(c.path(2, "rc"), os.O_RDONLY | os.O_DIRECT)
         wrong = []
         stripe = 192 * 1024
@@ -260,10 +265,7 @@ class ClusterMount(unittest.TestCase):
         c = self.cluster(n=2, replicas=1)
         size = 3 * (1 << 20) + 5
         data = chunk_bytes("remote-bitrot", size)
-        c.publish(1, "rb", data)
-        c.wait_exists(2, "rb", VISIBLE_S)
-        self.assertEqual(holder_ids(c.location(2, "rb")), [1])
-        self.assertFalse(c.location(2, "rb")["local"])
+        self.publish_remote_to_2(c, "rb", data)
         c.stop(1)
         self.flip_stored_byte(c, 1, data)
         c.restart(1)
