@@ -91,9 +91,7 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
         op.len = (seg.stored_len + 4095u) / 4096u * 4096u;
         // A whole raw segment the caller's buffer can take as O_DIRECT reads it (4 KiB aligned,
         // a 4 KiB multiple) is read straight there: no copy out of the ring's buffer.
-        if (seg.codec == Codec::kNone && r.from == 0 && r.len == seg.raw_len &&
-            seg.stored_len == seg.raw_len && op.len == r.len &&
-            reinterpret_cast<uintptr_t>(r.out) % 4096 == 0) {
+        if (r.WholeRaw() && op.len == r.len && reinterpret_cast<uintptr_t>(r.out) % 4096 == 0) {
           op.data = r.out;
         }
       },
@@ -103,15 +101,13 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
         if (static_cast<uint64_t>(r.from) + r.len > r.seg->raw_len) {
           return Status::Corruption("segment shorter than the layout says");
         }
-        // A whole lz4 segment decodes straight into the caller's buffer.
-        const bool whole = r.from == 0 && r.len == r.seg->raw_len;
         if (r.peer_checks) {
-          if (!whole || r.seg->codec != Codec::kNone || r.seg->stored_len != r.seg->raw_len) {
-            return Status::Invalid("only a whole raw segment goes out unchecked");
-          }
+          if (!r.WholeRaw()) return Status::Invalid("only a whole raw segment goes out unchecked");
           if (buf != r.out) std::memcpy(r.out, buf, r.len);
           return Status::Ok();
         }
+        // A whole lz4 segment decodes straight into the caller's buffer.
+        const bool whole = r.from == 0 && r.len == r.seg->raw_len;
         if (!whole && r.seg->codec != Codec::kNone) decoded.resize(r.seg->raw_len);
         uint8_t* decode_buf = whole ? r.out : decoded.data();
         KVFS_ASSIGN_OR_RETURN(const uint8_t* raw, OpenSegment(*r.seg, buf, decode_buf));

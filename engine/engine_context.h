@@ -32,8 +32,14 @@ struct SegmentRead {
   uint32_t len = 0;
   uint8_t* out = nullptr;
   // A whole segment stored raw, going to a peer with seg->checksum: copied out unchecked, the
-  // receiver's check is the only one (ChunkStore::ReadForPeer).
+  // receiver's check is the only one (ChunkStore::ReadForPeer). Only for WholeRaw() reads.
   bool peer_checks = false;
+
+  // The whole segment, stored as its raw bytes: what the device holds is what the caller wants.
+  bool WholeRaw() const {
+    return seg->codec == Codec::kNone && from == 0 && len == seg->raw_len &&
+           seg->stored_len == seg->raw_len;
+  }
 };
 
 // One stored payload going to the device (len a multiple of 4 KiB, data 4 KiB aligned).

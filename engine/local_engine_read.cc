@@ -122,9 +122,9 @@ Result<size_t> LocalEngineImpl::ReadChecked(const LayoutRef& layout, uint64_t of
       std::memset(piece, 0, to - from);
     } else {
       if (to > s->raw_len) return Status::Corruption("segment shorter than the layout says");
-      as_stored = digests && from == 0 && to == s->raw_len && s->codec == Codec::kNone &&
-                  s->stored_len == s->raw_len;
-      reads.push_back({s, from, to - from, piece, as_stored});
+      SegmentRead r{s, from, to - from, piece};
+      r.peer_checks = as_stored = digests && r.WholeRaw();
+      reads.push_back(r);
     }
     if (!digests) continue;
     digests->push_back({to - from, as_stored ? s->checksum : 0});

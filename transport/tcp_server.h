@@ -41,9 +41,9 @@ class TcpPeerServer : public PeerServer {
     Deadline auth_deadline;
     std::string peer;
   };
-  // A worker's reusable data buffer (uninitialised: no page zeroing on each large request).
-  // A worker's buffer for GET answers and PUT data, 4 KiB aligned so that the engine can read
-  // a GET's segments into it with O_DIRECT (no copy out of its ring's buffers).
+  // A worker's reusable buffer for GET answers and PUT data: uninitialised (no page zeroing on
+  // each large request) and 4 KiB aligned, so that the engine can read a GET's segments into it
+  // with O_DIRECT (no copy out of its ring's buffers).
   struct Scratch {
     struct Free {
       void operator()(uint8_t* p) const { std::free(p); }
