@@ -22,6 +22,9 @@ the run (tests/pylib/kvfs_cluster.py); everything is stopped by PID at the end. 
                            RSS before, on a node that joins late)
   late joiner s            a node started after --big-names names exist: start to a full
                            listing
+  seeded late joiner, RSS  with --seed-names N: the same two rows over N names committed
+                           straight into etcd by kvfs-seed-names (hours of FUSE publishes
+                           otherwise), 64-character names, each file with a chunk layout
   repair s                 kill -9 of one of 4 nodes holding --repair-mib MiB of chunks
                            (R=2): until every chunk has 2 live holders again, beside the
                            target (data / 100 MiB/s + 30 s)
@@ -36,6 +39,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -43,8 +47,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "pylib"))
 
+import kvfs_testlib  # noqa: E402
 from kvfs_cluster import KvfsCluster, wait_until  # noqa: E402
-from kvfs_testlib import KvfsMount, write_file_atomic  # noqa: E402
+from kvfs_testlib import KvfsMount, default_kvfs_bin, write_file_atomic  # noqa: E402
 
 PAYLOAD = b"k" * 4096
 
@@ -185,6 +190,53 @@ def big_namespace(args) -> dict:
         c.cleanup()
 
 
+def seed_bin() -> str:
+    return os.environ.get("KVFS_SEED_BIN") or os.path.join(
+        os.path.dirname(default_kvfs_bin()), "kvfs-seed-names")
+
+
+def seed(c: KvfsCluster, count: int, first: int) -> float:
+    """Commits files first..first+count-1 of /seed straight into etcd; returns seconds."""
+    out = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
+                          "--count", str(count), "--first", str(first)],
+                         capture_output=True, text=True, timeout=3600, check=True)
+    return json.loads(out.stdout)["seconds"]
+
+
+def count_names(path: str) -> int:
+    with os.scandir(path) as it:
+        return sum(1 for _ in it)
+
+
+def seeded_namespace(args) -> dict:
+    """A late joiner over --seed-names files committed straight into etcd by kvfs-seed-names
+    (as a publishing node commits them: 64-character names, each with a chunk layout): start
+    to a full listing; then memory per name as the RSS growth while as many again arrive
+    through the watch."""
+    n = args.seed_names
+    # A mount waits for the whole namespace to load: allow a minute per million names.
+    kvfs_testlib.MOUNT_TIMEOUT_S = max(kvfs_testlib.MOUNT_TIMEOUT_S, 60.0 * (1 + n / 1e6))
+    c = KvfsCluster(n=1, replicas=1, capacity="1G", start_nodes=[])
+    try:
+        c.start()  # etcd only
+        seed_s = seed(c, n, 0)
+        t0 = time.monotonic()
+        c.start_node(1)
+        listed = count_names(c.path(1, "seed"))
+        catch_up = time.monotonic() - t0
+        if listed != n:
+            raise RuntimeError(f"the late joiner lists {listed} of {n} seeded names")
+        rss_before = rss_bytes(c.node(1).pid)
+        seed_s += seed(c, n, n)
+        wait_until(lambda: count_names(c.path(1, "seed")) == 2 * n, max(60.0, n / 1000), 2.0,
+                   what=f"{2 * n} names listed")
+        rss_after = rss_bytes(c.node(1).pid)
+        return {"names": listed, "late_joiner_s": catch_up, "seed_s": seed_s,
+                "rss_per_name": (rss_after - rss_before) / n, "rss_total": rss_after}
+    finally:
+        c.cleanup()
+
+
 def repair(args) -> dict:
     c = KvfsCluster(n=4, replicas=2, capacity="4G", lease_ttl_s=5)
     try:
@@ -227,11 +279,25 @@ def main() -> int:
     ap.add_argument("--names", type=int, default=1000, help="names per meta-bytes run")
     ap.add_argument("--big-names", type=int, default=20000)
     ap.add_argument("--repair-mib", type=int, default=256)
+    ap.add_argument("--seed-names", type=int, default=0,
+                    help="also: a late joiner and RSS per name over this many names committed "
+                         "straight into etcd (1000000 for the issue's 1M-name rows)")
+    ap.add_argument("--only-seeded", action="store_true",
+                    help="run only the --seed-names measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     def progress(what, value):
         print(f"clusterbench: {what}: {json.dumps(value)}", file=sys.stderr, flush=True)
+    seeded = None
+    if args.seed_names:
+        seeded = seeded_namespace(args)
+        progress("seeded late joiner", seeded)
+    if args.only_seeded:
+        if seeded is None:
+            ap.error("--only-seeded needs --seed-names")
+        print_seeded(seeded, args)
+        return 0
     base = single_node(args)
     progress("single node", base)
     runs = {}
@@ -244,7 +310,8 @@ def main() -> int:
     progress("repair", rep)
 
     if args.json:
-        print(json.dumps({"single": base, "cluster": runs, "big": big, "repair": rep}, indent=2))
+        print(json.dumps({"single": base, "cluster": runs, "big": big, "repair": rep,
+                          "seeded": seeded}, indent=2))
         return 0
     one = runs.get(1, {}).get("publish_one")
     print(f"clusterbench: 4 KiB publishes, {args.threads} threads, 2-core machine shared by "
@@ -275,7 +342,17 @@ def main() -> int:
     print(f"repair: kill -9 of 1 of 4 nodes holding {rep['repair_mib']} MiB (R=2, lease "
           f"{rep['lease_s']} s): 2 live copies again after {rep['repair_s']:.1f} s "
           f"(target {rep['repair_target_s']:.1f} s)")
+    if seeded:
+        print_seeded(seeded, args)
     return 0
+
+
+def print_seeded(seeded: dict, args) -> None:
+    print(f"late joiner over {seeded['names']} names committed straight into etcd: started and "
+          f"listed them in {seeded['late_joiner_s']:.2f} s (target 30 s at 1M); "
+          f"{seeded['rss_per_name']:.0f} B of daemon RSS per name (growth while "
+          f"{args.seed_names} more arrived; target 400 B); RSS {seeded['rss_total'] / 2**20:.0f} "
+          f"MiB at {2 * args.seed_names} names")
 
 
 if __name__ == "__main__":

@@ -5,45 +5,10 @@
 #include <algorithm>
 
 #include "namespace_log.h"
+#include "record_scan.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
-namespace {
-
-// Reads every record key at one revision in pages and hands each decoded record to `fn`.
-// Returns the revision read at. A value that does not decode is logged and skipped: it cannot
-// become a file.
-Result<int64_t> ReadAllRecords(etcd::Client* etcd, const NamespaceKeys* keys, size_t page,
-                               const std::function<void(ObjectRecord&&)>& fn) {
-  etcd::RangeRequest r;
-  r.key = keys->RecordPrefix();
-  r.range_end = etcd::PrefixEnd(keys->RecordPrefix());
-  r.limit = static_cast<int64_t>(page);
-  int64_t revision = 0;
-  size_t bad = 0;
-  for (;;) {
-    KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse got, etcd->Range(r));
-    if (revision == 0) {
-      revision = got.revision;
-      r.revision = revision;  // every further page at the same revision: one consistent view
-    }
-    for (etcd::KeyValue& kv : got.kvs) {
-      auto v = DecodeRecordValue(kv.value, static_cast<uint64_t>(kv.mod_revision));
-      if (!v.ok()) {
-        if (bad++ < 10)
-          spdlog::error("cluster: skipping key {}: {}", kv.key, v.status().ToString());
-        continue;
-      }
-      fn(std::move(v->record));
-    }
-    if (!got.more || got.kvs.empty()) break;
-    r.key = got.kvs.back().key + '\0';
-  }
-  if (bad > 0) spdlog::error("cluster: {} namespace keys did not decode and were skipped", bad);
-  return revision;
-}
-
-}  // namespace
 
 Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -52,7 +17,7 @@ Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
     ++n;
     fn(std::move(rec));
   };
-  KVFS_ASSIGN_OR_RETURN(int64_t revision, ReadAllRecords(etcd_, keys_, options_.page, counting));
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, ScanRecords(etcd_, *keys_, options_.page, counting));
   applied_ = revision;
   spdlog::info(
       "cluster: loaded {} namespace records at revision {} in {} ms", n, revision,
@@ -87,7 +52,7 @@ Status NamespaceLog::Resync() {
     page.push_back(std::move(rec));
     if (page.size() >= options_.page) flush();
   };
-  KVFS_ASSIGN_OR_RETURN(int64_t revision, ReadAllRecords(etcd_, keys_, options_.page, collect));
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, ScanRecords(etcd_, *keys_, options_.page, collect));
   flush();
   {
     std::lock_guard lock(mu_);
