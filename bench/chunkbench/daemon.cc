@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -82,6 +83,15 @@ void Daemon::Stop() {
   waitpid(pid_, nullptr, 0);
   std::system(("fusermount3 -u -z '" + mount_ + "' 2>/dev/null").c_str());
   pid_ = -1;
+}
+
+int64_t Daemon::BytesRead() const {
+  if (pid_ <= 0) return -1;
+  std::ifstream in(mount_ + "/.kvfs/status");
+  auto status = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!status.is_object()) return -1;
+  auto it = status.find("bytes_read");
+  return it != status.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
 }
 
 double Daemon::CpuSeconds() const {

@@ -26,6 +26,9 @@ class Daemon {
   pid_t pid() const { return pid_; }
   // user+system CPU seconds the daemon has used so far.
   double CpuSeconds() const;
+  // Bytes a kvfs daemon has served to reads so far (`bytes_read` of MOUNT/.kvfs/status); -1
+  // when it cannot be read (not kvfs).
+  int64_t BytesRead() const;
 
  private:
   Status Launch(const std::vector<std::string>& argv, const std::string& mount,
