@@ -144,32 +144,17 @@ Result<Inode*> Namespace::FindDir(uint64_t ino) {
 }
 
 Inode* Namespace::Child(Inode* dir, std::string_view name) {
-  auto it = dir->dir->by_name.find(name);
-  if (it == dir->dir->by_name.end()) return nullptr;
-  return Find(it->second->second.ino);
+  const uint64_t ino = dir->dir->Find(name);
+  return ino == 0 ? nullptr : Find(ino);
 }
 
 void Namespace::LinkChild(Inode* dir, const std::string& name, Inode* child) {
-  uint64_t cookie = dir->dir->next_cookie++;
-  const bool is_dir = child->dir != nullptr;
-  auto entry = dir->dir->by_cookie.emplace(cookie, Directory::Child{name, child->rec.id, is_dir});
-  if (!dir->dir->by_name.emplace(entry.first->second.name, entry.first).second) {
-    // Callers unlink a name before they link it again; never keep an entry by_name lacks.
+  // Callers unlink a name before they link it again.
+  if (!dir->dir->Link(name, child->rec.id, child->dir != nullptr))
     spdlog::error("namespace: {} linked twice in directory {}", name, dir->rec.id);
-    dir->dir->by_cookie.erase(entry.first);
-    return;
-  }
-  if (is_dir) ++dir->dir->subdirs;
 }
 
-void Namespace::UnlinkChild(Inode* dir, const std::string& name) {
-  auto it = dir->dir->by_name.find(name);
-  if (it == dir->dir->by_name.end()) return;
-  const Directory::ByCookie::iterator child = it->second;
-  if (child->second.is_dir) --dir->dir->subdirs;
-  dir->dir->by_name.erase(it);  // first: its key views the name the by_cookie node holds
-  dir->dir->by_cookie.erase(child);
-}
+void Namespace::UnlinkChild(Inode* dir, const std::string& name) { dir->dir->Unlink(name); }
 
 void Namespace::DetachEntry(Inode* dir, Inode* in, const std::string& name, Timespec64 now,
                             MetaBatch* batch) {
@@ -213,7 +198,7 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   struct stat& st = e.attr;
   st.st_ino = r.id;
   st.st_mode = TypeBits(r.type) | (r.mode & 07777);
-  st.st_nlink = in->dir ? 2 + in->dir->subdirs : (in->linked ? r.nlink() : 0);
+  st.st_nlink = in->dir ? 2 + in->dir->subdirs() : (in->linked ? r.nlink() : 0);
   st.st_rdev = static_cast<dev_t>(r.rdev);
   st.st_uid = r.uid;
   st.st_gid = r.gid;
@@ -389,12 +374,11 @@ Status Namespace::Readdir(
   KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(ino));
   if (offset < 1 && !emit(".", dir->rec.id, S_IFDIR, 1)) return Status::Ok();
   if (offset < 2 && !emit("..", dir->rec.parent, S_IFDIR, 2)) return Status::Ok();
-  for (auto it = dir->dir->by_cookie.upper_bound(std::max<uint64_t>(offset, 2));
-       it != dir->dir->by_cookie.end(); ++it) {
-    const Inode* child = Find(it->second.ino);
+  dir->dir->ForEachAfter(std::max<uint64_t>(offset, 2), [&](const Directory::Entry& e) {
+    const Inode* child = Find(e.ino);
     uint32_t type = child ? TypeBits(child->rec.type) : S_IFREG;
-    if (!emit(it->second.name, it->second.ino, type, it->first)) break;
-  }
+    return emit(e.name, e.ino, type, e.cookie);
+  });
   return Status::Ok();
 }
 

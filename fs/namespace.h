@@ -31,6 +31,7 @@
 #include "kvfs/chunk_store.h"
 #include "kvfs/object.h"
 #include "kvfs/status.h"
+#include "directory.h"
 #include "open_file.h"
 
 namespace kvfs::fs {
@@ -52,24 +53,6 @@ class InvalidationSink {
   virtual void InvalidateEntry(uint64_t /*parent*/, const std::string& /*name*/) {}
   // Returns once everything asked for before the call reached the kernel, or after `max`.
   virtual void Drain(std::chrono::milliseconds /*max*/) {}
-};
-
-struct Directory {
-  struct Child {
-    std::string name;
-    uint64_t ino;
-    bool is_dir;
-  };
-  // Readdir cookies: each entry gets the next cookie when it is linked, so an offset handed to
-  // the kernel stays valid while other entries come and go (1 and 2 are "." and "..").
-  using ByCookie = std::map<uint64_t, Child>;
-  ByCookie by_cookie;
-  // The same entries by name. The keys view the names in by_cookie's nodes (which never move),
-  // so a directory keeps each name once: with millions of hash-named chunks, a second copy of
-  // every name would be a large share of the daemon's memory.
-  std::unordered_map<std::string_view, ByCookie::iterator> by_name;
-  uint64_t next_cookie = 3;
-  uint32_t subdirs = 0;  // for nlink: 2 + one ".." per subdirectory
 };
 
 struct Inode {

@@ -160,7 +160,7 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
     if (!in) return Status::NotFound("no such entry");
     if (want_dir) {
       if (!in->dir) return Status::Error(ENOTDIR, "not a directory");
-      if (!in->dir->by_cookie.empty()) return Status::Error(ENOTEMPTY, "directory not empty");
+      if (!in->dir->empty()) return Status::Error(ENOTEMPTY, "directory not empty");
     } else if (in->dir) {
       return Status::Error(EISDIR, "is a directory");
     }
@@ -241,7 +241,7 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
         if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "target exists");
         if (moved->dir) {
           if (!target->dir) return Status::Error(ENOTDIR, "target is not a directory");
-          if (!target->dir->by_cookie.empty())
+          if (!target->dir->empty())
             return Status::Error(ENOTEMPTY, "target directory not empty");
         } else if (target->dir) {
           return Status::Error(EISDIR, "target is a directory");

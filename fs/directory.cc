@@ -1,0 +1,116 @@
+#include "directory.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace kvfs::fs {
+namespace {
+
+constexpr size_t kMinCapacity = 8;
+// Dead entries are compacted away once there are more of them than live ones (and a few).
+constexpr size_t kMinDeadToCompact = 32;
+
+}  // namespace
+
+uint64_t Directory::Hash(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
+
+size_t Directory::Probe(std::string_view name, uint64_t hash) const {
+  const size_t mask = index_.size() - 1;
+  const auto h32 = static_cast<uint32_t>(hash >> 32);
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& s = index_[i];
+    if (s.pos == 0) return i;
+    if (s.hash == h32 && entries_[s.pos - 1].name == name) return i;
+  }
+}
+
+uint64_t Directory::Find(std::string_view name) const {
+  if (index_.empty()) return 0;
+  const Slot& s = index_[Probe(name, Hash(name))];
+  return s.pos == 0 ? 0 : entries_[s.pos - 1].ino;
+}
+
+void Directory::Insert(uint32_t pos, uint64_t hash) {
+  const size_t mask = index_.size() - 1;
+  size_t i = hash & mask;
+  while (index_[i].pos != 0) i = (i + 1) & mask;
+  index_[i] = {pos, static_cast<uint32_t>(hash >> 32)};
+}
+
+// Linear-probing deletion without tombstones (Knuth 6.4, algorithm R): later slots of the same
+// run that may not stay behind the hole move into it. A slot's home is recomputed from the
+// entry's name, which the index does not keep in full.
+void Directory::Erase(size_t hole) {
+  const size_t mask = index_.size() - 1;
+  for (size_t j = (hole + 1) & mask; index_[j].pos != 0; j = (j + 1) & mask) {
+    const size_t home = Hash(entries_[index_[j].pos - 1].name) & mask;
+    // The slot at j may stay when its home lies cyclically in (hole, j].
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    index_[hole] = index_[j];
+    hole = j;
+  }
+  index_[hole] = {};
+}
+
+void Directory::Rehash(size_t capacity) {
+  index_.assign(capacity, Slot{});
+  for (size_t p = 0; p < entries_.size(); ++p)
+    if (entries_[p].ino != 0) Insert(static_cast<uint32_t>(p + 1), Hash(entries_[p].name));
+}
+
+bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
+  // Positions are 32-bit: compact first when dead entries fill the space (never in practice).
+  if (entries_.size() >= UINT32_MAX - 1) Compact();
+  if (entries_.size() >= UINT32_MAX - 1) return false;
+  if ((live_ + 1) * 10 > index_.size() * 7) Rehash(std::max(kMinCapacity, index_.size() * 2));
+  const uint64_t hash = Hash(name);
+  if (index_[Probe(name, hash)].pos != 0) return false;
+  entries_.push_back({next_cookie_++, ino, std::string(name), is_dir});
+  Insert(static_cast<uint32_t>(entries_.size()), hash);
+  ++live_;
+  if (is_dir) ++subdirs_;
+  return true;
+}
+
+bool Directory::Unlink(std::string_view name) {
+  if (index_.empty()) return false;
+  const size_t slot = Probe(name, Hash(name));
+  if (index_[slot].pos == 0) return false;
+  Entry& e = entries_[index_[slot].pos - 1];
+  Erase(slot);
+  if (e.is_dir) --subdirs_;
+  --live_;
+  if (&e == &entries_.back()) {
+    entries_.pop_back();  // the newest entry (a temp name renamed away): nothing to compact
+  } else {
+    e.ino = 0;
+    std::string().swap(e.name);
+  }
+  const size_t dead = entries_.size() - live_;
+  if (dead > kMinDeadToCompact && dead > live_) Compact();
+  return true;
+}
+
+void Directory::Compact() {
+  std::erase_if(entries_, [](const Entry& e) { return e.ino == 0; });
+  entries_.shrink_to_fit();
+  if (live_ == 0) {
+    std::vector<Slot>().swap(index_);
+    return;
+  }
+  size_t capacity = kMinCapacity;
+  while (live_ * 10 > capacity * 7) capacity *= 2;
+  Rehash(capacity);
+}
+
+void Directory::ForEachAfter(uint64_t offset, const std::function<bool(const Entry&)>& fn) const {
+  auto it = std::upper_bound(entries_.begin(), entries_.end(), offset,
+                             [](uint64_t c, const Entry& e) { return c < e.cookie; });
+  for (; it != entries_.end(); ++it) {
+    if (it->ino != 0 && !fn(*it)) return;
+  }
+}
+
+}  // namespace kvfs::fs
