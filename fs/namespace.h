@@ -58,12 +58,13 @@ class InvalidationSink {
 struct Inode {
   // rec.id is the inode number; rec.layout is the published version. While `linked`, the tree
   // holds exactly the names the record lists ((parent, name) and extra_links; namespace_links.cc).
+  // (Fields ordered to leave little padding: a daemon keeps one Inode per name.)
   ObjectRecord rec;
   bool journaled = false;   // the store holds a record for it
   bool linked = true;       // reachable by at least one name
   bool lazy_dirty = false;  // atime or a directory time changed, persisted at shutdown
-  uint64_t nlookup = 0;
   uint32_t opens = 0;
+  uint64_t nlookup = 0;
   std::unique_ptr<Directory> dir;         // directories only
   std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
   // The kernel has one page cache and one i_size per inode, but readers of an old version, a
