@@ -13,6 +13,27 @@ constexpr size_t kMinDeadToCompact = 32;
 
 }  // namespace
 
+bool Directory::NameArena::Add(std::string_view name, Entry* e) {
+  if (name.size() > kMaxName) return false;
+  const size_t need = name.size() + 1;
+  if (chunks_.empty() || used_ + need > ChunkSize(chunks_.size() - 1)) {
+    chunks_.push_back(std::make_unique<char[]>(ChunkSize(chunks_.size())));
+    used_ = 0;
+  }
+  char* at = chunks_.back().get() + used_;
+  std::copy(name.begin(), name.end(), at);
+  at[name.size()] = '\0';
+  e->chunk = static_cast<uint32_t>(chunks_.size() - 1);
+  e->offset = static_cast<uint16_t>(used_);
+  e->len = static_cast<uint8_t>(name.size());
+  used_ += need;
+  return true;
+}
+
+void Directory::NameArena::DropLast(const Entry& e) {
+  if (e.chunk + 1 == chunks_.size() && e.offset + e.len + 1u == used_) used_ = e.offset;
+}
+
 uint64_t Directory::Hash(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
 size_t Directory::Probe(std::string_view name, uint64_t hash) const {
@@ -21,7 +42,7 @@ size_t Directory::Probe(std::string_view name, uint64_t hash) const {
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = index_[i];
     if (s.pos == 0) return i;
-    if (s.hash == h32 && entries_[s.pos - 1].name == name) return i;
+    if (s.hash == h32 && NameOf(entries_[s.pos - 1]) == name) return i;
   }
 }
 
@@ -44,7 +65,7 @@ void Directory::Insert(uint32_t pos, uint64_t hash) {
 void Directory::Erase(size_t hole) {
   const size_t mask = index_.size() - 1;
   for (size_t j = (hole + 1) & mask; index_[j].pos != 0; j = (j + 1) & mask) {
-    const size_t home = Hash(entries_[index_[j].pos - 1].name) & mask;
+    const size_t home = Hash(NameOf(entries_[index_[j].pos - 1])) & mask;
     // The slot at j may stay when its home lies cyclically in (hole, j].
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
@@ -57,7 +78,7 @@ void Directory::Erase(size_t hole) {
 void Directory::Rehash(size_t capacity) {
   index_.assign(capacity, Slot{});
   for (size_t p = 0; p < entries_.size(); ++p)
-    if (entries_[p].ino != 0) Insert(static_cast<uint32_t>(p + 1), Hash(entries_[p].name));
+    if (entries_[p].ino != 0) Insert(static_cast<uint32_t>(p + 1), Hash(NameOf(entries_[p])));
 }
 
 bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
@@ -67,7 +88,12 @@ bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
   if ((live_ + 1) * 10 > index_.size() * 7) Rehash(std::max(kMinCapacity, index_.size() * 2));
   const uint64_t hash = Hash(name);
   if (index_[Probe(name, hash)].pos != 0) return false;
-  entries_.push_back({next_cookie_++, ino, std::string(name), is_dir});
+  Entry e;
+  if (!names_.Add(name, &e)) return false;
+  e.cookie = next_cookie_++;
+  e.ino = ino;
+  e.is_dir = is_dir;
+  entries_.push_back(e);
   Insert(static_cast<uint32_t>(entries_.size()), hash);
   ++live_;
   if (is_dir) ++subdirs_;
@@ -83,10 +109,10 @@ bool Directory::Unlink(std::string_view name) {
   if (e.is_dir) --subdirs_;
   --live_;
   if (&e == &entries_.back()) {
-    entries_.pop_back();  // the newest entry (a temp name renamed away): nothing to compact
+    names_.DropLast(e);  // the newest entry (a temp name renamed away): nothing to compact
+    entries_.pop_back();
   } else {
     e.ino = 0;
-    std::string().swap(e.name);
   }
   const size_t dead = entries_.size() - live_;
   if (dead > kMinDeadToCompact && dead > live_) Compact();
@@ -94,8 +120,18 @@ bool Directory::Unlink(std::string_view name) {
 }
 
 void Directory::Compact() {
-  std::erase_if(entries_, [](const Entry& e) { return e.ino == 0; });
+  // Live entries move down in order (cookies kept) and their names into a fresh arena.
+  NameArena names;
+  size_t out = 0;
+  for (size_t p = 0; p < entries_.size(); ++p) {
+    Entry e = entries_[p];
+    if (e.ino == 0) continue;
+    names.Add(NameOf(e), &e);  // fits: it was added once
+    entries_[out++] = e;
+  }
+  entries_.resize(out);
   entries_.shrink_to_fit();
+  names_ = std::move(names);
   if (live_ == 0) {
     std::vector<Slot>().swap(index_);
     return;
@@ -105,11 +141,12 @@ void Directory::Compact() {
   Rehash(capacity);
 }
 
-void Directory::ForEachAfter(uint64_t offset, const std::function<bool(const Entry&)>& fn) const {
+void Directory::ForEachAfter(uint64_t offset, const std::function<bool(const Item&)>& fn) const {
   auto it = std::upper_bound(entries_.begin(), entries_.end(), offset,
                              [](uint64_t c, const Entry& e) { return c < e.cookie; });
   for (; it != entries_.end(); ++it) {
-    if (it->ino != 0 && !fn(*it)) return;
+    if (it->ino == 0) continue;
+    if (!fn(Item{it->cookie, it->ino, NameOf(*it), it->is_dir})) return;
   }
 }
 

@@ -374,10 +374,12 @@ Status Namespace::Readdir(
   KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(ino));
   if (offset < 1 && !emit(".", dir->rec.id, S_IFDIR, 1)) return Status::Ok();
   if (offset < 2 && !emit("..", dir->rec.parent, S_IFDIR, 2)) return Status::Ok();
-  dir->dir->ForEachAfter(std::max<uint64_t>(offset, 2), [&](const Directory::Entry& e) {
+  std::string name;  // one buffer for the whole reply
+  dir->dir->ForEachAfter(std::max<uint64_t>(offset, 2), [&](const Directory::Item& e) {
     const Inode* child = Find(e.ino);
     uint32_t type = child ? TypeBits(child->rec.type) : S_IFREG;
-    return emit(e.name, e.ino, type, e.cookie);
+    name.assign(e.name);
+    return emit(name, e.ino, type, e.cookie);
   });
   return Status::Ok();
 }

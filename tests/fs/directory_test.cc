@@ -21,8 +21,9 @@ struct Listed {
 
 std::vector<Listed> List(const Directory& d, uint64_t offset = 0) {
   std::vector<Listed> out;
-  d.ForEachAfter(offset, [&](const Directory::Entry& e) {
-    out.push_back({e.cookie, e.ino, e.name, e.is_dir});
+  d.ForEachAfter(offset, [&](const Directory::Item& e) {
+    out.push_back({e.cookie, e.ino, std::string(e.name), e.is_dir});
+    EXPECT_EQ(e.name.data()[e.name.size()], '\0');  // NUL-terminated for fuse_add_direntry
     return true;
   });
   return out;
@@ -36,6 +37,7 @@ TEST(DirectoryTest, LinkFindUnlink) {
   EXPECT_TRUE(d.Link("a", 10, false));
   EXPECT_TRUE(d.Link("sub", 11, true));
   EXPECT_FALSE(d.Link("a", 12, false));  // taken: nothing changes
+  EXPECT_FALSE(d.Link(std::string(Directory::kMaxName + 1, 'x'), 14, false));  // too long
   EXPECT_EQ(d.Find("a"), 10u);
   EXPECT_EQ(d.Find("sub"), 11u);
   EXPECT_EQ(d.subdirs(), 1u);
@@ -155,7 +157,7 @@ TEST(DirectoryTest, ListingStopsWhenAskedTo) {
   Directory d;
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(d.Link("n" + std::to_string(i), i + 1, false));
   int seen = 0;
-  d.ForEachAfter(0, [&](const Directory::Entry&) { return ++seen < 3; });
+  d.ForEachAfter(0, [&](const Directory::Item&) { return ++seen < 3; });
   EXPECT_EQ(seen, 3);
 }
 
