@@ -79,7 +79,7 @@ Namespace::Namespace(ChunkStore* store, InvalidationSink* sink)
   root->rec.atime = root->rec.mtime = root->rec.ctime = Now();
   root->journaled = true;  // the root always exists and is never journaled
   root->dir = std::make_unique<Directory>();
-  inodes_.emplace(kRootId, std::move(root));
+  inodes_.Put(std::move(root));
 }
 
 Namespace::~Namespace() = default;
@@ -93,20 +93,19 @@ Status Namespace::Load() {
     in->journaled = true;
     in->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
-    uint64_t id = rec.id;
     in->rec = std::move(rec);
-    inodes_[id] = std::move(in);
+    inodes_.Put(std::move(in));
   }));
   // Link in id order so readdir lists older entries first, as they were created.
   std::vector<uint64_t> ids;
   ids.reserve(inodes_.size());
-  for (auto& [id, in] : inodes_) ids.push_back(id);
+  inodes_.ForEach([&](Inode* in) { ids.push_back(in->rec.id); });
   std::sort(ids.begin(), ids.end());
   size_t orphans = 0;
   auto taken = [](Inode*, const std::string&) { return false; };  // the older record keeps it
   for (uint64_t id : ids) {
     if (id == kRootId) continue;
-    Inode* in = inodes_[id].get();
+    Inode* in = inodes_.Find(id);
     in->linked = false;
     // Every name whose directory exists and is free; the first of them becomes the first name.
     const std::vector<kvfs::Link> names = [&] {
@@ -118,23 +117,18 @@ Status Namespace::Load() {
     if (!in->linked) ++orphans;
   }
   // An orphan's parent may itself be an orphan: unreachable inodes are dropped from memory.
-  for (auto it = inodes_.begin(); it != inodes_.end();) {
-    if (!it->second->linked) {
-      spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", it->first,
-                   it->second->rec.name, it->second->rec.parent);
-      it = inodes_.erase(it);
-    } else {
-      ++it;
-    }
+  for (uint64_t id : ids) {
+    const Inode* in = inodes_.Find(id);
+    if (id == kRootId || in->linked) continue;
+    spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", id,
+                 in->rec.name, in->rec.parent);
+    inodes_.Erase(id);
   }
   spdlog::info("namespace: loaded {} objects ({} orphans skipped)", inodes_.size() - 1, orphans);
   return Status::Ok();
 }
 
-Inode* Namespace::Find(uint64_t ino) {
-  auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second.get();
-}
+Inode* Namespace::Find(uint64_t ino) { return inodes_.Find(ino); }
 
 Result<Inode*> Namespace::FindDir(uint64_t ino) {
   Inode* in = Find(ino);
@@ -184,7 +178,7 @@ void Namespace::ReleaseUnreachableData(Inode* in) {
 
 void Namespace::MaybeDrop(Inode* in) {
   if (in->linked || in->nlookup > 0 || in->opens > 0 || in->rec.id == kRootId) return;
-  inodes_.erase(in->rec.id);
+  inodes_.Erase(in->rec.id);
 }
 
 void Namespace::SetLayout(Inode* in, LayoutRef layout) {
@@ -493,11 +487,11 @@ Status Namespace::PersistLazy() {
   std::vector<ObjectRecord> records;
   {
     std::lock_guard lock(mu_);
-    for (auto& [id, in] : inodes_) {
-      if (!in->lazy_dirty) continue;
+    inodes_.ForEach([&](Inode* in) {
+      if (!in->lazy_dirty) return;
       in->lazy_dirty = false;
-      if (in->journaled && in->linked && id != kRootId) records.push_back(in->rec);
-    }
+      if (in->journaled && in->linked && in->rec.id != kRootId) records.push_back(in->rec);
+    });
   }
   if (records.empty()) return Status::Ok();
   spdlog::info("namespace: persisting times of {} objects", records.size());

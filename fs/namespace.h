@@ -28,10 +28,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "directory.h"
+#include "inode_table.h"
 #include "kvfs/chunk_store.h"
 #include "kvfs/object.h"
 #include "kvfs/status.h"
-#include "directory.h"
 #include "open_file.h"
 
 namespace kvfs::fs {
@@ -299,7 +300,7 @@ class Namespace {
   InvalidationSink* sink_;
   const bool shared_;  // store_->SharedNamespace(): other nodes change the same names
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
+  InodeTable inodes_;
   uint64_t next_ticket_ = 0;
   uint64_t next_view_ = 0;  // ids of versions and write sessions (Inode::cache_view)
   std::mutex apply_mu_;

@@ -60,7 +60,7 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
   in->version = ++next_view_;
   in->linked = false;
   Inode* raw = in.get();
-  inodes_.emplace(r.id, std::move(in));
+  inodes_.Put(std::move(in));
   AddName(raw, dir, std::string(name));
   ForgiveMiss(parent, name);
   dir->rec.mtime = dir->rec.ctime = r.mtime;
@@ -241,8 +241,7 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
         if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "target exists");
         if (moved->dir) {
           if (!target->dir) return Status::Error(ENOTDIR, "target is not a directory");
-          if (!target->dir->empty())
-            return Status::Error(ENOTEMPTY, "target directory not empty");
+          if (!target->dir->empty()) return Status::Error(ENOTEMPTY, "target directory not empty");
         } else if (target->dir) {
           return Status::Error(EISDIR, "target is a directory");
         }

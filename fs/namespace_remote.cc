@@ -93,7 +93,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     fresh->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
     in = fresh.get();
-    inodes_.emplace(rec.id, std::move(fresh));
+    inodes_.Put(std::move(fresh));
   } else {
     new_version = !SameContent(in->rec.layout, rec.layout);
     attrs = !SameAttrs(in->rec, rec);
@@ -163,11 +163,12 @@ void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t
   {
     std::lock_guard lock(mu_);
     std::vector<ObjectId> gone;
-    for (const auto& [id, in] : inodes_) {
-      if (id == kRootId || !in->journaled || in->rec.revision == 0) continue;
-      if (in->rec.revision > revision) continue;  // committed after the re-read
+    inodes_.ForEach([&](const Inode* in) {
+      const ObjectId id = in->rec.id;
+      if (id == kRootId || !in->journaled || in->rec.revision == 0) return;
+      if (in->rec.revision > revision) return;  // committed after the re-read
       if (!std::binary_search(present.begin(), present.end(), id)) gone.push_back(id);
-    }
+    });
     // Children before their directories: ids are handed out in creation order.
     std::sort(gone.rbegin(), gone.rend());
     for (ObjectId id : gone) RemoteRemoveLocked(id, stale);

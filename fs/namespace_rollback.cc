@@ -36,7 +36,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
         if (record->type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
         fresh->linked = false;
         in = fresh.get();
-        inodes_.emplace(id, std::move(fresh));
+        inodes_.Put(std::move(fresh));
       }
       data_changed = in->rec.layout != record->layout;
       std::vector<kvfs::Link> names{{record->parent, record->name}};
