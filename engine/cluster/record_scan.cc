@@ -40,9 +40,16 @@ class Windows {
     return r;
   }
 
-  // Moves past what `got` (the answer to the last Request) holds; false when it was the end.
-  bool Advance(const etcd::RangeResponse& got) {
+  enum class Step { kNext, kEnd, kInvalid };
+  // Moves past what `got` (the answer to the last Request) holds. kInvalid when it is no
+  // answer to that request (a key outside the range asked for): going on from it could read
+  // the same page forever.
+  Step Advance(const etcd::RangeResponse& got) {
     const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(got.count, 0));
+    if (!got.kvs.empty() && (got.kvs.front().key < cursor_ || got.kvs.back().key < cursor_ ||
+                             got.kvs.back().key >= window_end_)) {
+      return Step::kInvalid;
+    }
     if (got.more && !got.kvs.empty()) {
       // The window held more than a page: go on after the last key, in a window sized from
       // how many keys this one held. A last key that is not an id (nothing kvfs wrote) gives
@@ -54,14 +61,14 @@ class Windows {
         width_ = NextWidth(held);
         window_end_.clear();
       }
-      return true;
+      return Step::kNext;
     }
-    if (last_) return false;
+    if (last_) return Step::kEnd;
     next_id_ += width_;
     cursor_ = window_end_;
     window_end_.clear();
     width_ = NextWidth(held);
-    return true;
+    return Step::kNext;
   }
 
  private:
@@ -85,6 +92,10 @@ class Windows {
   bool last_ = false;
 };
 
+Status NotAnAnswer() {
+  return Status::Error(EPROTO, "etcd answered a range read with keys outside the range asked for");
+}
+
 // Pages handed from the reading thread to the decoding one.
 struct PageQueue {
   std::mutex mu;
@@ -105,7 +116,9 @@ Result<int64_t> ScanRecords(etcd::Client* etcd, const NamespaceKeys& keys, size_
   KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse first, etcd->Range(windows.Request(0)));
   ++st.requests;
   const int64_t revision = first.revision;
-  const bool more = windows.Advance(first);
+  const Windows::Step step = windows.Advance(first);
+  if (step == Windows::Step::kInvalid) return NotAnAnswer();
+  const bool more = step == Windows::Step::kNext;
 
   // Reading runs a page or two ahead of decoding: the next read depends only on the keys of
   // the last one, so etcd serves it while this thread decodes (and the caller builds its tree).
@@ -122,7 +135,12 @@ Result<int64_t> ScanRecords(etcd::Client* etcd, const NamespaceKeys& keys, size_
           error = got.status();
           break;
         }
-        go = windows.Advance(*got);
+        const Windows::Step step = windows.Advance(*got);
+        if (step == Windows::Step::kInvalid) {
+          error = NotAnAnswer();
+          break;
+        }
+        go = step == Windows::Step::kNext;
         std::unique_lock lock(q.mu);
         ++st.requests;
         q.cv.wait(lock, [&] { return q.pages.size() < kPagesAhead; });

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -26,8 +27,11 @@ class CountingClient : public etcd::Client {
   Result<etcd::RangeResponse> Range(const etcd::RangeRequest& req) override {
     auto got = inner_->Range(req);
     if (got.ok()) keys_visited += static_cast<uint64_t>(got->count);
+    if (got.ok() && tamper) tamper(req, *got);
     return got;
   }
+  // Changes answers before the scan sees them (a broken or hostile etcd).
+  std::function<void(const etcd::RangeRequest&, etcd::RangeResponse&)> tamper;
   Result<etcd::TxnResponse> Txn(const etcd::TxnRequest& req) override { return inner_->Txn(req); }
   Result<int64_t> Put(const std::string& k, const std::string& v, int64_t lease) override {
     return inner_->Put(k, v, lease);
@@ -161,6 +165,37 @@ TEST_F(RecordScanTest, ReadsOneRevisionThroughout) {
   EXPECT_EQ(seen, 498u);
   EXPECT_FALSE(late_seen);
   EXPECT_TRUE(removed_seen);
+}
+
+// An answer with keys outside the range asked for (the same page again and again, or keys
+// from before the cursor) is an error, not an endless scan.
+TEST_F(RecordScanTest, AnAnswerOutsideTheRangeAskedForIsAnError) {
+  std::vector<std::pair<std::string, std::string>> kvs;
+  for (uint64_t i = 2; i < 50; ++i)
+    kvs.emplace_back(keys_.Record((uint64_t{1} << 48) | i), Value((uint64_t{1} << 48) | i));
+  PutAll(kvs);
+  CountingClient hostile(client_.get());
+  etcd::RangeResponse first_page;
+  hostile.tamper = [&](const etcd::RangeRequest&, etcd::RangeResponse& got) {
+    if (first_page.kvs.empty() && !got.kvs.empty()) first_page = got;
+    if (!first_page.kvs.empty()) got = first_page;  // the same page forever, "more" set
+  };
+  size_t delivered = 0;
+  auto rev = ScanRecords(&hostile, keys_, 10, [&](ObjectRecord&&) { ++delivered; });
+  ASSERT_FALSE(rev.ok());
+  EXPECT_EQ(rev.status().err(), EPROTO) << rev.status().ToString();
+  EXPECT_LE(delivered, 10u);  // the first page at most; the repeat is refused, not delivered
+
+  CountingClient wide(client_.get());
+  wide.tamper = [&](const etcd::RangeRequest& req, etcd::RangeResponse& got) {
+    etcd::KeyValue beyond;
+    beyond.key = req.range_end.empty() ? req.key + "~" : req.range_end;  // not below range_end
+    beyond.value = Value(3);
+    got.kvs.push_back(beyond);
+  };
+  rev = ScanRecords(&wide, keys_, 10, [](ObjectRecord&&) {});
+  ASSERT_FALSE(rev.ok());
+  EXPECT_EQ(rev.status().err(), EPROTO);
 }
 
 TEST_F(RecordScanTest, UnreachableEtcdIsAnError) {
