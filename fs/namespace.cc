@@ -143,9 +143,11 @@ Inode* Namespace::Child(Inode* dir, std::string_view name) {
 }
 
 void Namespace::LinkChild(Inode* dir, const std::string& name, Inode* child) {
-  // Callers unlink a name before they link it again.
+  // Callers unlink a name before they link it again, and names are checked against kNameMax
+  // (local requests) or by the record decoder (a shared store) before they get here.
   if (!dir->dir->Link(name, child->rec.id, child->dir != nullptr))
-    spdlog::error("namespace: {} linked twice in directory {}", name, dir->rec.id);
+    spdlog::error("namespace: cannot link '{}' in directory {}: taken or too long", name,
+                  dir->rec.id);
 }
 
 void Namespace::UnlinkChild(Inode* dir, const std::string& name) { dir->dir->Unlink(name); }
