@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <random>
 
 namespace kvfs::fs {
 namespace {
@@ -34,7 +35,15 @@ void Directory::NameArena::DropLast(const Entry& e) {
   if (e.chunk + 1 == chunks_.size() && e.offset + e.len + 1u == used_) used_ = e.offset;
 }
 
-uint64_t Directory::Hash(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
+uint64_t Directory::Hash(std::string_view name) {
+  // Seeded per process: names come from users, who must not be able to pick names that all
+  // land in one run of the index.
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }();
+  return XXH3_64bits_withSeed(name.data(), name.size(), seed);
+}
 
 size_t Directory::Probe(std::string_view name, uint64_t hash) const {
   const size_t mask = index_.size() - 1;
