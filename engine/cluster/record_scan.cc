@@ -7,6 +7,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "record_value.h"
@@ -125,33 +126,38 @@ Result<int64_t> ScanRecords(etcd::Client* etcd, const NamespaceKeys& keys, size_
   PageQueue q;
   q.pages.push_back(std::move(first));
   q.done = !more;
+  auto read_rest = [&] {
+    Status error;
+    for (bool go = true; go;) {
+      auto got = etcd->Range(windows.Request(revision));
+      if (!got.ok()) {
+        error = got.status();
+        break;
+      }
+      const Windows::Step step = windows.Advance(*got);
+      if (step == Windows::Step::kInvalid) {
+        error = NotAnAnswer();
+        break;
+      }
+      go = step == Windows::Step::kNext;
+      std::unique_lock lock(q.mu);
+      ++st.requests;
+      q.cv.wait(lock, [&] { return q.pages.size() < kPagesAhead; });
+      q.pages.push_back(std::move(*got));
+      q.cv.notify_all();
+    }
+    std::lock_guard lock(q.mu);
+    q.done = true;
+    q.error = error;
+    q.cv.notify_all();
+  };
   std::thread reader;
   if (more) {
-    reader = std::thread([&] {
-      Status error;
-      for (bool go = true; go;) {
-        auto got = etcd->Range(windows.Request(revision));
-        if (!got.ok()) {
-          error = got.status();
-          break;
-        }
-        const Windows::Step step = windows.Advance(*got);
-        if (step == Windows::Step::kInvalid) {
-          error = NotAnAnswer();
-          break;
-        }
-        go = step == Windows::Step::kNext;
-        std::unique_lock lock(q.mu);
-        ++st.requests;
-        q.cv.wait(lock, [&] { return q.pages.size() < kPagesAhead; });
-        q.pages.push_back(std::move(*got));
-        q.cv.notify_all();
-      }
-      std::lock_guard lock(q.mu);
-      q.done = true;
-      q.error = error;
-      q.cv.notify_all();
-    });
+    try {
+      reader = std::thread(read_rest);
+    } catch (const std::system_error&) {
+      return Status::Error(EAGAIN, "no thread to read the namespace with");
+    }
   }
   for (;;) {
     etcd::RangeResponse got;
