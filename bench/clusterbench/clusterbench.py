@@ -199,7 +199,9 @@ def seed(c: KvfsCluster, count: int, first: int) -> float:
     """Commits files first..first+count-1 of /seed straight into etcd; returns seconds."""
     out = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
                           "--count", str(count), "--first", str(first)],
-                         capture_output=True, text=True, timeout=3600, check=True)
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"kvfs-seed-names failed ({out.returncode}): {out.stderr.strip()}")
     return json.loads(out.stdout)["seconds"]
 
 
@@ -286,6 +288,8 @@ def main() -> int:
                     help="run only the --seed-names measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.seed_names < 0:
+        ap.error("--seed-names must be >= 0")
 
     def progress(what, value):
         print(f"clusterbench: {what}: {json.dumps(value)}", file=sys.stderr, flush=True)
