@@ -157,6 +157,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65535));
   app.add_option("--threads", o.threads, "concurrent transactions")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+  // File ids are 2 + index and chunk ids 2^40 + index in the origin's id space: keep them apart.
+  if (o.first + o.count >= (uint64_t{1} << 40) - 2) {
+    std::fprintf(stderr, "--first + --count must stay below 2^40\n");
+    return 2;
+  }
 
   kvfs::etcd::ClientOptions client_options;
   client_options.endpoints = o.etcd;
