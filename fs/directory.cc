@@ -91,6 +91,7 @@ void Directory::Rehash(size_t capacity) {
 }
 
 bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
+  if (ino == 0) return false;
   // Positions are 32-bit: compact first when dead entries fill the space (never in practice).
   if (entries_.size() >= UINT32_MAX - 1) Compact();
   if (entries_.size() >= UINT32_MAX - 1) return false;

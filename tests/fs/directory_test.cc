@@ -38,6 +38,8 @@ TEST(DirectoryTest, LinkFindUnlink) {
   EXPECT_TRUE(d.Link("sub", 11, true));
   EXPECT_FALSE(d.Link("a", 12, false));  // taken: nothing changes
   EXPECT_FALSE(d.Link(std::string(Directory::kMaxName + 1, 'x'), 14, false));  // too long
+  EXPECT_FALSE(d.Link("zero", 0, false));  // 0 is no inode number
+  EXPECT_EQ(d.Find("zero"), 0u);
   EXPECT_EQ(d.Find("a"), 10u);
   EXPECT_EQ(d.Find("sub"), 11u);
   EXPECT_EQ(d.subdirs(), 1u);
