@@ -73,6 +73,26 @@ class TcpTransportTest : public ::testing::Test {
     }
     return false;
   }
+  // The errno of the next frame on `fd`, which must be an error reply; -1 (and a test failure
+  // saying why) for anything else.
+  int RecvErrorReply(int fd) {
+    ReceivedFrame f;
+    Status st = RecvFrame(fd, 8192, Clock::now() + 2s, false, nullptr, &f);
+    if (!st.ok()) {
+      ADD_FAILURE() << "no reply: " << st.ToString();
+      return -1;
+    }
+    if (f.header.type != wire::MsgType::kError) {
+      ADD_FAILURE() << "reply type " << static_cast<int>(f.header.type) << ", not an error";
+      return -1;
+    }
+    wire::ErrorReply err;
+    if (!wire::Decode(wire::AsBytes(f.meta), &err).ok()) {
+      ADD_FAILURE() << "error reply does not decode";
+      return -1;
+    }
+    return err.err;
+  }
   void RawHandshake(int fd) {
     ClientHandshake hs(secret_);
     ASSERT_TRUE(
