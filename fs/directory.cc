@@ -5,12 +5,18 @@
 #include <algorithm>
 #include <random>
 
+#include "linear_probe.h"
+
 namespace kvfs::fs {
 namespace {
 
 constexpr size_t kMinCapacity = 8;
 // Dead entries are compacted away once there are more of them than live ones (and a few).
 constexpr size_t kMinDeadToCompact = 32;
+
+// For linear_probe.h: an index slot is free at position 0; its probe starts at its hash.
+bool Free(const auto& slot) { return slot.pos == 0; }
+uint32_t HomeOf(const auto& slot) { return slot.hash; }
 
 }  // namespace
 
@@ -35,23 +41,22 @@ void Directory::NameArena::DropLast(const Entry& e) {
   if (e.chunk + 1 == chunks_.size() && e.offset + e.len + 1u == used_) used_ = e.offset;
 }
 
-uint64_t Directory::Hash(std::string_view name) {
+uint32_t Directory::Hash(std::string_view name) {
   // Seeded per process: names come from users, who must not be able to pick names that all
   // land in one run of the index.
   static const uint64_t seed = [] {
     std::random_device rd;
     return (uint64_t{rd()} << 32) ^ rd();
   }();
-  return XXH3_64bits_withSeed(name.data(), name.size(), seed);
+  return static_cast<uint32_t>(XXH3_64bits_withSeed(name.data(), name.size(), seed));
 }
 
-size_t Directory::Probe(std::string_view name, uint64_t hash) const {
+size_t Directory::Probe(std::string_view name, uint32_t hash) const {
   const size_t mask = index_.size() - 1;
-  const auto h32 = static_cast<uint32_t>(hash >> 32);
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = index_[i];
     if (s.pos == 0) return i;
-    if (s.hash == h32 && NameOf(entries_[s.pos - 1]) == name) return i;
+    if (s.hash == hash && NameOf(entries_[s.pos - 1]) == name) return i;
   }
 }
 
@@ -61,33 +66,13 @@ uint64_t Directory::Find(std::string_view name) const {
   return s.pos == 0 ? 0 : entries_[s.pos - 1].ino;
 }
 
-void Directory::Insert(uint32_t pos, uint64_t hash) {
-  const size_t mask = index_.size() - 1;
-  size_t i = hash & mask;
-  while (index_[i].pos != 0) i = (i + 1) & mask;
-  index_[i] = {pos, static_cast<uint32_t>(hash >> 32)};
-}
+void Directory::Place(Slot slot) { PlaceSlot(index_, slot, Free<Slot>, HomeOf<Slot>); }
 
-// Linear-probing deletion without tombstones (Knuth 6.4, algorithm R): later slots of the same
-// run that may not stay behind the hole move into it. A slot's home is recomputed from the
-// entry's name, which the index does not keep in full.
-void Directory::Erase(size_t hole) {
-  const size_t mask = index_.size() - 1;
-  for (size_t j = (hole + 1) & mask; index_[j].pos != 0; j = (j + 1) & mask) {
-    const size_t home = Hash(NameOf(entries_[index_[j].pos - 1])) & mask;
-    // The slot at j may stay when its home lies cyclically in (hole, j].
-    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-    if (stays) continue;
-    index_[hole] = index_[j];
-    hole = j;
-  }
-  index_[hole] = {};
-}
-
-void Directory::Rehash(size_t capacity) {
-  index_.assign(capacity, Slot{});
-  for (size_t p = 0; p < entries_.size(); ++p)
-    if (entries_[p].ino != 0) Insert(static_cast<uint32_t>(p + 1), Hash(NameOf(entries_[p])));
+void Directory::Resize(size_t capacity) {
+  std::vector<Slot> old(capacity, Slot{});
+  old.swap(index_);
+  for (const Slot& s : old)
+    if (s.pos != 0) Place(s);
 }
 
 bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
@@ -95,8 +80,8 @@ bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
   // Positions are 32-bit: compact first when dead entries fill the space (never in practice).
   if (entries_.size() >= UINT32_MAX - 1) Compact();
   if (entries_.size() >= UINT32_MAX - 1) return false;
-  if ((live_ + 1) * 10 > index_.size() * 7) Rehash(std::max(kMinCapacity, index_.size() * 2));
-  const uint64_t hash = Hash(name);
+  if ((live_ + 1) * 10 > index_.size() * 7) Resize(std::max(kMinCapacity, index_.size() * 2));
+  const uint32_t hash = Hash(name);
   if (index_[Probe(name, hash)].pos != 0) return false;
   Entry e;
   if (!names_.Add(name, &e)) return false;
@@ -104,7 +89,7 @@ bool Directory::Link(std::string_view name, uint64_t ino, bool is_dir) {
   e.ino = ino;
   e.is_dir = is_dir;
   entries_.push_back(e);
-  Insert(static_cast<uint32_t>(entries_.size()), hash);
+  Place({static_cast<uint32_t>(entries_.size()), hash});
   ++live_;
   if (is_dir) ++subdirs_;
   return true;
@@ -115,7 +100,7 @@ bool Directory::Unlink(std::string_view name) {
   const size_t slot = Probe(name, Hash(name));
   if (index_[slot].pos == 0) return false;
   Entry& e = entries_[index_[slot].pos - 1];
-  Erase(slot);
+  EraseSlot(index_, slot, Free<Slot>, HomeOf<Slot>);
   if (e.is_dir) --subdirs_;
   --live_;
   if (&e == &entries_.back()) {
@@ -130,15 +115,19 @@ bool Directory::Unlink(std::string_view name) {
 }
 
 void Directory::Compact() {
-  // Live entries move down in order (cookies kept) and their names into a fresh arena.
+  // Live entries move down in order (cookies kept), their names into a fresh arena, and the
+  // index follows their new positions.
   NameArena names;
+  std::vector<uint32_t> moved_to(entries_.size() + 1, 0);  // by 1-based position
   size_t out = 0;
   for (size_t p = 0; p < entries_.size(); ++p) {
     Entry e = entries_[p];
     if (e.ino == 0) continue;
     names.Add(NameOf(e), &e);  // fits: it was added once
     entries_[out++] = e;
+    moved_to[p + 1] = static_cast<uint32_t>(out);
   }
+  for (Slot& s : index_) s.pos = moved_to[s.pos];  // a free slot stays 0
   entries_.resize(out);
   entries_.shrink_to_fit();
   names_ = std::move(names);
@@ -148,7 +137,7 @@ void Directory::Compact() {
   }
   size_t capacity = kMinCapacity;
   while (live_ * 10 > capacity * 7) capacity *= 2;
-  Rehash(capacity);
+  Resize(capacity);
 }
 
 void Directory::ForEachAfter(uint64_t offset, const std::function<bool(const Item&)>& fn) const {

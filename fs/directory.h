@@ -83,17 +83,17 @@ class Directory {
     size_t used_ = 0;  // bytes used in the last chunk
   };
 
-  // An index slot: 1 + the entry's position in entries_ (0: empty) and 32 bits of its hash.
+  // An index slot: 1 + the entry's position in entries_ (0: empty) and the name's hash, which
+  // is also where its probe starts: the index grows and shrinks without reading a name.
   struct Slot {
     uint32_t pos = 0;
     uint32_t hash = 0;
   };
-  static uint64_t Hash(std::string_view name);
+  static uint32_t Hash(std::string_view name);
   // The slot holding `name`, or the empty slot where it would go.
-  size_t Probe(std::string_view name, uint64_t hash) const;
-  void Insert(uint32_t pos, uint64_t hash);
-  void Erase(size_t slot);
-  void Rehash(size_t capacity);
+  size_t Probe(std::string_view name, uint32_t hash) const;
+  void Place(Slot slot);
+  void Resize(size_t capacity);  // the same slots in a table of `capacity`
   void Compact();
 
   std::string_view NameOf(const Entry& e) const { return names_.Get(e); }

@@ -32,7 +32,6 @@ class InodeTable {
   void ForEach(const std::function<void(Inode*)>& fn) const;
 
  private:
-  static uint64_t Home(uint64_t ino, size_t mask);
   size_t Probe(uint64_t ino) const;  // the slot holding `ino`, or the empty one where it goes
   void Grow();
 
