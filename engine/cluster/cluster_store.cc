@@ -114,6 +114,10 @@ void ClusterStore::Shutdown() {
   }
   house_cv_.notify_all();
   if (house_.joinable()) house_.join();
+  // Placements in flight finish (their PUTs have deadlines) before the log that awaits them
+  // stops; a publish after this places on its caller's thread.
+  placing_->Stop();
+  pushing_->Stop();
   if (repair_) repair_->Stop();
   if (log_) log_->Stop();
   SaveRevision();

@@ -37,6 +37,8 @@
 #include "membership.h"
 #include "namespace_keys.h"
 #include "namespace_log.h"
+#include "recent_publishes.h"
+#include "task_pool.h"
 
 namespace kvfs::cluster {
 
@@ -171,6 +173,11 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<NamespaceLog> log_;
   std::unique_ptr<Repairer> repair_;
+  // Placement of published chunks (Prepare; its first PUT runs there too) and the further
+  // PUTs of one placement round. Two pools because a placement waits on its PUTs: pushes never
+  // queue behind the placements waiting for them.
+  std::unique_ptr<TaskPool> placing_ = std::make_unique<TaskPool>(8);
+  std::unique_ptr<TaskPool> pushing_ = std::make_unique<TaskPool>(8);
   LocalEvents local_events_;
   std::atomic<StoreListener*> listener_{nullptr};
   std::atomic<uint64_t> next_id_{1};
@@ -191,7 +198,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::deque<Retiring> retiring_;
   // Local layouts published recently -> their cluster layout, so a batch that still carries
   // the local layout (built before the publish returned) means that version, not a new one.
-  std::map<const Layout*, std::pair<std::weak_ptr<const Layout>, LayoutRef>> published_;
+  RecentPublishes published_;
   // Pending commits: the layouts their preparation replaced, and how many puts and removes the
   // fs gave (the log may add the holders of names it took over).
   struct PendingCommit {

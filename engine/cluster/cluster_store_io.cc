@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 
 #include "cluster_store.h"
@@ -55,10 +56,9 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
       if (!IsFresh(rec)) continue;
       // A version this node published a moment ago, still carried by a batch built before the
       // fs heard back: that version, not a new one.
-      auto it = published_.find(rec.layout.get());
-      if (it != published_.end() && it->second.first.lock() == rec.layout) {
-        replaced->push_back({rec.id, rec.layout, it->second.second});
-        rec.layout = it->second.second;
+      if (LayoutRef cluster = published_.Find(rec.layout)) {
+        replaced->push_back({rec.id, rec.layout, cluster});
+        rec.layout = std::move(cluster);
       } else if (rec.layout->size == 0) {
         replaced->push_back({rec.id, rec.layout, nullptr});
         rec.layout = nullptr;  // an empty file has no chunk
@@ -73,10 +73,11 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   } else {
     // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
     // commit; the committer takes this one in its turn, once placed.
-    auto prepared =
-        std::async(std::launch::async, [this, b = std::move(batch), replaced]() mutable {
-          return Prepare(std::move(b), replaced);
-        }).share();
+    auto prepared = placing_
+                        ->Async([this, b = std::move(batch), replaced]() mutable {
+                          return Prepare(std::move(b), replaced);
+                        })
+                        .share();
     token = log_->Submit(prepared);
   }
   if (!token.ok()) return token;
@@ -93,9 +94,7 @@ Result<MetaBatch> ClusterStore::Prepare(MetaBatch batch,
     KVFS_ASSIGN_OR_RETURN(rec.layout, PlaceChunk(fresh));
     out->push_back({rec.id, fresh, rec.layout});
     std::lock_guard lock(mu_);
-    published_[fresh.get()] = {fresh, rec.layout};
-    // Entries whose local layout is gone (the fs swapped it) are of no use any more.
-    std::erase_if(published_, [](const auto& kv) { return kv.second.first.expired(); });
+    published_.Add(fresh, rec.layout);
   }
   return batch;
 }
@@ -128,15 +127,19 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
   size_t next = 0;
   std::vector<NodeId> placed;
   while (placed.size() < wanted && next < candidates.size()) {
+    // One round: a PUT to each node still wanted, all but one on the push pool, the last on
+    // this thread (with R=2, the usual case, no hand-off at all).
     std::vector<std::pair<NodeId, std::future<Status>>> puts;
-    while (puts.size() + placed.size() < wanted && next < candidates.size()) {
+    while (puts.size() + placed.size() + 1 < wanted && next + 1 < candidates.size()) {
       NodeId n = candidates[next++];
-      puts.emplace_back(n, std::async(std::launch::async, [this, chunk, fresh, n] {
-                          return PushChunk(chunk, fresh, n);
-                        }));
+      puts.emplace_back(
+          n, pushing_->Async([this, chunk, fresh, n] { return PushChunk(chunk, fresh, n); }));
     }
-    for (auto& [n, f] : puts) {
-      Status st = f.get();
+    const NodeId inline_node = candidates[next++];
+    std::vector<std::pair<NodeId, Status>> results;
+    results.emplace_back(inline_node, PushChunk(chunk, fresh, inline_node));
+    for (auto& [n, f] : puts) results.emplace_back(n, f.get());
+    for (const auto& [n, st] : results) {
       if (st.ok()) {
         placed.push_back(n);
       } else {
@@ -408,11 +411,18 @@ Status ClusterStore::PushChunk(uint64_t chunk, const LayoutRef& local, NodeId no
   const uint64_t size = local->size;
   if (size > wire::kDefaultMaxFrame - (1u << 20))
     return Status::Error(EFBIG, "chunk too large for one PUT");
-  std::vector<uint8_t> bytes(size);
+  // Through a reader: its buffers and ring come from the engine's pool, where Read would set
+  // up a ring with registered buffers for each new thread.
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkReader> reader, local_->NewReader(local));
+  auto bytes = std::make_unique_for_overwrite<uint8_t[]>(size);  // every byte is read into
   for (uint64_t done = 0; done < size;) {
-    KVFS_ASSIGN_OR_RETURN(size_t n, local_->Read(local, done, bytes.data() + done, size - done));
-    if (n == 0) return Status::IoError("short read of a local chunk");
-    done += n;
+    KVFS_ASSIGN_OR_RETURN(ReadView view, reader->Read(done, size - done));
+    if (view.size == 0 || view.size > size - done)
+      return Status::IoError("short or long read of a local chunk");
+    for (const iovec& span : view.spans) {
+      std::memcpy(bytes.get() + done, span.iov_base, span.iov_len);
+      done += span.iov_len;
+    }
   }
   wire::PutRequest req;
   req.key = ChunkName(chunk);
@@ -421,7 +431,7 @@ Status ClusterStore::PushChunk(uint64_t chunk, const LayoutRef& local, NodeId no
   // Big chunks get time for their bytes (at 100 MiB/s at least) beyond the request deadline.
   call.timeout = options_.request_timeout + std::chrono::milliseconds(size / (100u << 10));
   if (PeerCounters* c = CountersFor(node)) ++c->puts_sent;
-  auto r = client->Put(req, std::span<const uint8_t>(bytes.data(), bytes.size()), call);
+  auto r = client->Put(req, std::span<const uint8_t>(bytes.get(), size), call);
   if (!r.ok()) NoteFailure(node, r.status());
   return r.status();
 }
