@@ -292,6 +292,12 @@ class Namespace {
     std::vector<std::pair<uint64_t, std::string>> entries;
     std::vector<std::pair<uint64_t, bool>> inodes;  // ino, data
   };
+  // Drops the notifications the kernel has no use for: entries under a directory it does not
+  // know (it forgot the inode, so it has no dentries there, negative ones included) and inodes
+  // it does not know. Every node applies every change of the cluster, most of them in
+  // directories it never looked at; each notification is a write to /dev/fuse.
+  void KeepKnownToKernelLocked(Stale& stale) const;
+  bool KnownToKernelLocked(uint64_t ino) const;
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
   void RemoteRemoveLocked(ObjectId id, Stale& stale);
   bool ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale);

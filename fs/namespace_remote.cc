@@ -144,6 +144,18 @@ void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
   MaybeDrop(in);
 }
 
+bool Namespace::KnownToKernelLocked(uint64_t ino) const {
+  if (ino == kRootId) return true;  // never forgotten
+  const Inode* in = inodes_.Find(ino);
+  // An open file was looked up first; nlookup counts every entry the kernel was given.
+  return in && (in->nlookup > 0 || in->opens > 0);
+}
+
+void Namespace::KeepKnownToKernelLocked(Stale& stale) const {
+  std::erase_if(stale.entries, [&](const auto& e) { return !KnownToKernelLocked(e.first); });
+  std::erase_if(stale.inodes, [&](const auto& i) { return !KnownToKernelLocked(i.first); });
+}
+
 void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
                                    const std::vector<ObjectId>& removes) {
   Stale stale;
@@ -152,6 +164,7 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
     // Removes first: a name one commit frees is then free for the records it puts.
     for (ObjectId id : removes) RemoteRemoveLocked(id, stale);
     for (const ObjectRecord& rec : puts) RemotePutLocked(rec, stale);
+    KeepKnownToKernelLocked(stale);
   }
   if (!sink_) return;
   for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
@@ -175,6 +188,7 @@ void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t
     if (!gone.empty())
       spdlog::info("namespace: re-read at revision {}: {} objects gone meanwhile", revision,
                    gone.size());
+    KeepKnownToKernelLocked(stale);
   }
   if (!sink_) return;
   for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);

@@ -373,5 +373,76 @@ TEST_F(NamespaceTest, RecordsWhoseLinksPointNowhereKeepTheirOtherNames) {
   EXPECT_EQ(y->attr.st_nlink, 1u);
 }
 
+// Remote changes notify the kernel only about what it may have cached: every node applies every
+// change of the cluster, mostly in directories it never looked at.
+class RecordingSink : public InvalidationSink {
+ public:
+  void InvalidateInode(uint64_t ino, bool data) override { inodes.emplace_back(ino, data); }
+  void InvalidateEntry(uint64_t parent, const std::string& name) override {
+    entries.emplace_back(parent, name);
+  }
+  void Clear() {
+    inodes.clear();
+    entries.clear();
+  }
+  std::vector<std::pair<uint64_t, bool>> inodes;
+  std::vector<std::pair<uint64_t, std::string>> entries;
+};
+
+ObjectRecord RemoteRecord(ObjectId id, ObjectId parent, const std::string& name, ObjectType type,
+                          uint64_t revision) {
+  ObjectRecord r;
+  r.id = id;
+  r.parent = parent;
+  r.name = name;
+  r.type = type;
+  r.mode = type == ObjectType::kDirectory ? 0755 : 0644;
+  r.revision = revision;
+  return r;
+}
+
+TEST(NamespaceRemoteTest, NotifiesOnlyWhatTheKernelKnows) {
+  MemoryStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kDir = (7ull << 48) | 1, kF = (7ull << 48) | 2, kG = (7ull << 48) | 3,
+                 kH = (7ull << 48) | 4;
+  using Entry = std::pair<uint64_t, std::string>;
+  // A name in the root (always known): its negative dentry, if any, must go.
+  ns.ApplyRemoteChanges({RemoteRecord(kDir, kRootId, "d", ObjectType::kDirectory, 10)}, {});
+  EXPECT_EQ(sink.entries, (std::vector<Entry>{{kRootId, "d"}}));
+  sink.Clear();
+  // d was never looked up here: the kernel has no dentries under it, nothing to notify.
+  ns.ApplyRemoteChanges({RemoteRecord(kF, kDir, "f", ObjectType::kFile, 11)}, {});
+  EXPECT_TRUE(sink.entries.empty());
+  EXPECT_TRUE(sink.inodes.empty());
+  // Once the kernel knows d, a new name there is notified (a negative dentry may hide it).
+  ASSERT_TRUE(ns.Lookup(kRootId, "d").ok());
+  ns.ApplyRemoteChanges({RemoteRecord(kG, kDir, "g", ObjectType::kFile, 12)}, {});
+  EXPECT_EQ(sink.entries, (std::vector<Entry>{{kDir, "g"}}));
+  sink.Clear();
+  // f's attributes change: not known to the kernel, nothing; once looked up, its inode.
+  ObjectRecord f2 = RemoteRecord(kF, kDir, "f", ObjectType::kFile, 13);
+  f2.mode = 0600;
+  ns.ApplyRemoteChanges({f2}, {});
+  EXPECT_TRUE(sink.inodes.empty());
+  ASSERT_TRUE(ns.Lookup(kDir, "f").ok());
+  ObjectRecord f3 = RemoteRecord(kF, kDir, "f", ObjectType::kFile, 14);
+  f3.mode = 0640;
+  ns.ApplyRemoteChanges({f3}, {});
+  EXPECT_EQ(sink.inodes, (std::vector<std::pair<uint64_t, bool>>{{kF, false}}));
+  sink.Clear();
+  // A removal of a known name is notified; after the kernel forgets d, names there are not.
+  ns.ApplyRemoteChanges({}, {kG});
+  EXPECT_EQ(sink.entries, (std::vector<Entry>{{kDir, "g"}}));
+  sink.Clear();
+  ns.Forget(kF, 1);
+  ns.Forget(kDir, 1);
+  ns.ApplyRemoteChanges({RemoteRecord(kH, kDir, "h", ObjectType::kFile, 15)}, {kF});
+  EXPECT_TRUE(sink.entries.empty());
+  EXPECT_TRUE(sink.inodes.empty());
+}
+
 }  // namespace
 }  // namespace kvfs::fs
