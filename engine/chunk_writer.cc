@@ -13,12 +13,14 @@ constexpr uint32_t kWindow = 4;                // streaming segment writes in fl
 
 }  // namespace
 
-EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base)
+EngineChunkWriter::EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base,
+                                     std::shared_ptr<ReadAheadPool> buffers)
     : ctx_(std::move(ctx)),
       base_(std::move(base)),
       seg_size_(ctx_->segment_size()),
       buf_bytes_((seg_size_ + 4095u) / 4096u * 4096u),
       first_device_(ctx_->NextFirstDevice()) {
+  if (buffers && buffers->buffer_bytes() == buf_bytes_) buffers_ = std::move(buffers);
   if (base_) {
     size_ = base_->size;
     for (const Segment& seg : base_->segments) {
@@ -71,12 +73,12 @@ EngineChunkWriter::Buffer EngineChunkWriter::TakeBuffer() {
   if (!spare_.empty()) {
     b = std::move(spare_.back());
     spare_.pop_back();
-  } else {
-    b.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, buf_bytes_)));
-    if (!b) return b;
+  } else if (buffers_) {
+    b = buffers_->Buffer();
+  } else if (auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, buf_bytes_))) {
+    b = Buffer(p, [](uint8_t* q) { std::free(q); });
   }
-  std::memset(b.get(), 0, buf_bytes_);  // invariant: bytes past the data are zero
-  return b;
+  return b;  // its bytes are undefined: the slot's `valid` starts at 0
 }
 
 void EngineChunkWriter::GiveBuffer(Buffer buf) {
@@ -94,11 +96,13 @@ Status EngineChunkWriter::Load(size_t index) {
     if (n > 0) {
       KVFS_RETURN_IF_ERROR(ctx_->ReadSegments({SegmentRead{&s.seg, 0, n, buf.get()}}));
     }
+    s.valid = n;
     // An unpublished extent is nobody else's: free it now rather than at Finish.
     if (s.kind == Kind::kOwned) ctx_->space().Release(s.seg);
     s.filled = seg_size_;
   } else {
     s.filled = 0;
+    s.valid = 0;
   }
   s.kind = Kind::kDirty;
   s.buf = std::move(buf);
@@ -163,7 +167,9 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
     const uint32_t to = static_cast<uint32_t>(std::min<uint64_t>(end - seg_start, seg_size_));
     KVFS_RETURN_IF_ERROR(Load(j));
     Slot& s = slots_[j];
+    if (from > s.valid) std::memset(s.buf.get() + s.valid, 0, from - s.valid);
     std::memcpy(s.buf.get() + from, src + (seg_start + from - offset), to - from);
+    s.valid = std::max(s.valid, to);
     if (from <= s.filled) s.filled = std::max(s.filled, to);
     // Full and passed by this write: a sequential writer will not come back to it.
     if (s.filled >= seg_size_ && end >= seg_start + seg_size_) complete.push_back(j);
@@ -206,6 +212,12 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& all_indexes, bool asyn
         }
       }
       scratch = s.enc.get();
+    }
+    // Stored raw, the buffer goes to the device up to the next 4 KiB: zeros past the data.
+    const uint32_t defined = std::min(buf_bytes_, (raw_len + 4095u) / 4096u * 4096u);
+    if (s.valid < defined) {
+      std::memset(s.buf.get() + s.valid, 0, defined - s.valid);
+      s.valid = defined;
     }
     EncodedSegment enc =
         SegmentCodec::Encode(mode, s.buf.get(), raw_len, scratch, scratch ? scratch_bytes : 0);
@@ -319,7 +331,9 @@ Result<size_t> EngineChunkWriter::Read(uint64_t offset, void* out, size_t len) {
     }
     const Slot& s = it->second;
     if (s.kind == Kind::kDirty) {
-      std::memcpy(d, s.buf.get() + from, to - from);
+      const uint32_t set_to = std::clamp(s.valid, from, to);
+      std::memcpy(d, s.buf.get() + from, set_to - from);
+      std::memset(d + (set_to - from), 0, to - set_to);
     } else if (s.kind == Kind::kHole || from >= s.seg.raw_len) {
       std::memset(d, 0, to - from);
     } else {
@@ -351,7 +365,7 @@ Status EngineChunkWriter::Truncate(uint64_t size) {
       KVFS_RETURN_IF_ERROR(Load(it->first));
     }
     if (last.kind == Kind::kDirty) {
-      std::memset(last.buf.get() + tail, 0, buf_bytes_ - tail);
+      last.valid = std::min(last.valid, tail);  // the rest reads as zeros again
       last.filled = std::min(last.filled, tail);
     }
   }

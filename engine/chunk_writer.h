@@ -13,13 +13,17 @@
 
 #include "engine_context.h"
 #include "kvfs/chunk_store.h"
+#include "read_ahead_pool.h"
 
 namespace kvfs {
 
 class EngineChunkWriter : public ChunkWriter {
  public:
-  // `base` must be null or a layout of this engine.
-  EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base);
+  // `base` must be null or a layout of this engine. Segment buffers come from `buffers` (the
+  // engine's pool, shared with its readers) when given: a small file then costs no allocation
+  // of a whole segment and no page faults on fresh memory.
+  EngineChunkWriter(std::shared_ptr<EngineContext> ctx, LayoutRef base,
+                    std::shared_ptr<ReadAheadPool> buffers = nullptr);
   ~EngineChunkWriter() override;
 
   Status Write(uint64_t offset, const void* data, size_t len) override;
@@ -30,11 +34,12 @@ class EngineChunkWriter : public ChunkWriter {
   Result<LayoutRef> Finish() override;
 
  private:
+  // A segment buffer (buf_bytes_, 4 KiB aligned): the pool's, or the writer's own.
+  using Buffer = std::shared_ptr<uint8_t>;
+
   struct FreeDeleter {
     void operator()(uint8_t* p) const { std::free(p); }
   };
-  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
   enum class Kind : uint8_t {
     kHole,      // never written: zeros, no extent
     kBase,      // a segment of base_, shared, not ours to free
@@ -46,8 +51,12 @@ class EngineChunkWriter : public ChunkWriter {
     Kind kind = Kind::kHole;
     Segment seg;
     Buffer buf;
-    Buffer enc;             // lz4 output of an in-flight write
-    uint32_t filled = 0;    // bytes from the segment start written contiguously (dirty only)
+    std::unique_ptr<uint8_t, FreeDeleter> enc;  // lz4 output of an in-flight write
+    uint32_t filled = 0;  // bytes from the segment start written contiguously (dirty only)
+    // Bytes of buf from its start that hold data or zeros; those past it were never set and
+    // read as zeros (zeroed when written around or sealed, not when the buffer is taken: a
+    // 4 KiB file does not clear a whole segment).
+    uint32_t valid = 0;
     bool overflow = false;  // dirty because the devices were full (EngineContext overflow)
   };
 
@@ -83,8 +92,9 @@ class EngineChunkWriter : public ChunkWriter {
   // By segment index; only segments the base stores or this writer touched have a slot, so a
   // sparse file (truncate -s 8T) costs nothing for its holes.
   std::map<uint64_t, Slot> slots_;
-  std::vector<Buffer> spare_;    // reusable segment buffers
-  std::vector<Buffer> scratch_;  // lz4 output buffers, reusable
+  std::vector<Buffer> spare_;                                   // reusable segment buffers
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> scratch_;  // lz4 output buffers, reusable
+  std::shared_ptr<ReadAheadPool> buffers_;                      // may be null
   // The streaming writes' own ring: FUSE calls a file from several threads, one at a time, so
   // in-flight writes cannot live on a per-thread ring.
   std::unique_ptr<IoRing> window_;

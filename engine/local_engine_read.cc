@@ -16,7 +16,8 @@ Result<std::unique_ptr<ChunkWriter>> LocalEngineImpl::NewWriter(LayoutRef base) 
   if (base && !ctx_->space().Owns(base)) {
     return Status::Invalid("base layout was not made by this engine");
   }
-  return std::unique_ptr<ChunkWriter>(std::make_unique<EngineChunkWriter>(ctx_, std::move(base)));
+  return std::unique_ptr<ChunkWriter>(
+      std::make_unique<EngineChunkWriter>(ctx_, std::move(base), read_ahead_));
 }
 
 Result<size_t> LocalEngineImpl::Read(const LayoutRef& layout, uint64_t offset, void* out,
