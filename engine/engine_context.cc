@@ -83,7 +83,7 @@ Status EngineContext::ReadSegments(const std::vector<SegmentRead>& reads) {
   uint64_t bytes = 0;
   Status st = ring->Pipeline(
       device_reads.size(),
-      [&](size_t i, RingOp& op, uint8_t*) {
+      [&](size_t i, RingOp& op) {
         const SegmentRead& r = reads[device_reads[i]];
         const Segment& seg = *r.seg;
         op.device = seg.device;
@@ -134,7 +134,7 @@ Status EngineContext::WriteSegments(const std::vector<SegmentWrite>& writes) {
   KVFS_ASSIGN_OR_RETURN(IoRing * ring, IoRing::ForThread(ring_config_));
   Status st = ring->Pipeline(
       writes.size(),
-      [&](size_t i, RingOp& op, uint8_t*) {
+      [&](size_t i, RingOp& op) {
         const SegmentWrite& w = writes[i];
         op.device = w.device;
         op.write = true;

@@ -89,16 +89,10 @@ Status IoRing::Init(const RingConfig& config, bool per_thread) {
   rc = io_uring_register_files(&impl_->ring, config.fds.data(),
                                static_cast<unsigned>(config.fds.size()));
   if (rc < 0) return Status::Error(-rc, std::string("io_uring files: ") + std::strerror(-rc));
-  if (!per_thread) return Status::Ok();
-  std::vector<iovec> iov;
-  for (uint32_t i = 0; i < config.depth; ++i) {
-    auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, config.buffer_bytes));
-    if (b == nullptr) return Status::Error(ENOMEM, "ring buffer allocation failed");
-    impl_->buffers.push_back(b);
-    iov.push_back({b, config.buffer_bytes});
-  }
-  rc = io_uring_register_buffers(&impl_->ring, iov.data(), static_cast<unsigned>(iov.size()));
-  if (rc < 0) return Status::Error(-rc, std::string("io_uring buffers: ") + std::strerror(-rc));
+  // The per-thread pool: a bounce buffer per queue slot, allocated when an op first needs it
+  // (unregistered: most ops read into or write from the caller's memory, and 16 registered
+  // buffers of a segment each cost every FUSE thread that ever wrote 16 MiB of pinned memory).
+  if (per_thread) impl_->buffers.assign(config.depth, nullptr);
   return Status::Ok();
 }
 
@@ -121,7 +115,7 @@ Status IoRing::Finish(const RingOp& op, uint8_t* buf, int res) {
   return Status::Ok();
 }
 
-Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&, uint8_t*)>& prepare,
+Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>& prepare,
                         const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete) {
   struct Slot {
     RingOp op;
@@ -139,15 +133,22 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&, 
     size_t queued = 0;
     while (first_error.ok() && next < count && !free_slots.empty()) {
       const uint32_t s = free_slots.back();
-      uint8_t* pool = impl_->buffers[s];
       RingOp op;
-      prepare(next, op, pool);
-      const bool fixed = op.data == nullptr;
-      uint8_t* buf = fixed ? pool : op.data;
-      if (op.device >= config_.fds.size() || (fixed && op.len > config_.buffer_bytes)) {
+      prepare(next, op);
+      const bool pooled = op.data == nullptr;
+      if (op.device >= config_.fds.size() || (pooled && op.len > config_.buffer_bytes) ||
+          (pooled && s >= impl_->buffers.size())) {
         first_error = Status::Invalid("bad device I/O request");
         break;
       }
+      if (pooled && impl_->buffers[s] == nullptr) {
+        impl_->buffers[s] = static_cast<uint8_t*>(std::aligned_alloc(4096, config_.buffer_bytes));
+        if (impl_->buffers[s] == nullptr) {
+          first_error = Status::Error(ENOMEM, "no memory for an I/O buffer");
+          break;
+        }
+      }
+      uint8_t* buf = pooled ? impl_->buffers[s] : op.data;
       if (config_.faults != nullptr) {
         IoRequest req{op.device, op.write, op.offset, buf, op.len};
         Status st = config_.faults->BeforeIo(req);
@@ -159,12 +160,8 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&, 
       }
       io_uring_sqe* sqe = io_uring_get_sqe(ring);
       if (sqe == nullptr) break;
-      if (op.write && fixed) {
-        io_uring_prep_write_fixed(sqe, op.device, buf, op.len, op.offset, static_cast<int>(s));
-      } else if (op.write) {
+      if (op.write) {
         io_uring_prep_write(sqe, op.device, buf, op.len, op.offset);
-      } else if (fixed) {
-        io_uring_prep_read_fixed(sqe, op.device, buf, op.len, op.offset, static_cast<int>(s));
       } else {
         io_uring_prep_read(sqe, op.device, buf, op.len, op.offset);
       }

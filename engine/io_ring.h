@@ -1,5 +1,6 @@
 // IoRing: one io_uring per thread per engine instance, with the engine's device fds registered
-// as fixed files and a pool of 4 KiB-aligned registered buffers for read_fixed. Rings are
+// as fixed files and a pool of 4 KiB-aligned bounce buffers, each allocated when an op first
+// needs it. Rings are
 // thread_local and keyed by the engine's generation (unique per Open), so a ring never serves
 // an engine other than the one whose fds it registered; rings of closed engines are dropped the
 // next time their thread asks for a ring, and at thread exit.
@@ -24,7 +25,7 @@ struct RingConfig {
   IoFaultInjector* faults = nullptr;
 };
 
-// One I/O of a pipeline. `data` null: the ring's pool buffer is used (read_fixed).
+// One I/O of a pipeline. `data` null: the ring's pool buffer is used.
 struct RingOp {
   uint16_t device = 0;
   bool write = false;
@@ -45,11 +46,11 @@ class IoRing {
   // their threads (this thread's at once).
   static void Retire(uint64_t generation);
 
-  // Runs `count` ops keeping up to `depth` in flight. prepare(i, buffer) fills op i; `buffer`
-  // is a free pool buffer the op may use (leave op.data null to read into it). complete(i, op,
-  // buffer) runs when op i finished in full; its buffer is reused after it returns. The first
-  // error stops new submissions; in-flight ops are drained and the error is returned.
-  Status Pipeline(size_t count, const std::function<void(size_t, RingOp&, uint8_t*)>& prepare,
+  // Runs `count` ops keeping up to `depth` in flight. prepare(i, op) fills op i (op.data left
+  // null: it reads into a pool buffer). complete(i, op, buffer) runs when op i finished in
+  // full; `buffer` is op.data or the pool buffer, reused after it returns. The first error
+  // stops new submissions; in-flight ops are drained and the error is returned.
+  Status Pipeline(size_t count, const std::function<void(size_t, RingOp&)>& prepare,
                   const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete);
 
   // A ring owned by one object rather than one thread (a writer that FUSE calls from several
