@@ -38,7 +38,7 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
   EncodeTime(rec.mtime, w);
   EncodeTime(rec.ctime, w);
   w.U32(rec.flags);
-  w.Str(rec.symlink_target);
+  w.Str(rec.symlink_target.str());
   w.U64(rec.prefix_parent);
   // 1: dense (segment i has index i), 2: sparse (each segment says its index).
   bool dense = true;

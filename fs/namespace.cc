@@ -360,7 +360,7 @@ Result<std::string> Namespace::Readlink(uint64_t ino) {
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
   if (in->rec.type != ObjectType::kSymlink) return Status::Invalid("not a symlink");
-  return in->rec.symlink_target;
+  return in->rec.symlink_target.str();
 }
 
 Status Namespace::Readdir(

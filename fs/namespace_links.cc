@@ -36,7 +36,7 @@ void Namespace::RemoveName(Inode* in, Inode* dir, const std::string& name) {
     r.extra_links.erase(r.extra_links.begin());
     return;
   }
-  std::erase(r.extra_links, kvfs::Link{dir->rec.id, name});
+  r.extra_links.erase_value(kvfs::Link{dir->rec.id, name});
 }
 
 void Namespace::RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kvfs/rare_fields.h"
+
 namespace kvfs {
 
 using ObjectId = uint64_t;
@@ -94,12 +96,12 @@ struct ObjectRecord {
   uint32_t gid = 0;
   Timespec64 atime, mtime, ctime;
   uint32_t flags = 0;
-  std::string symlink_target;           // kSymlink only
+  RareString symlink_target;            // kSymlink only
   ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
   LayoutRef layout;                     // kFile only; null means empty file
   uint64_t rdev = 0;                    // kCharDevice and kBlockDevice: the device number
   // Hard links: names beyond (parent, name), which is always the first one. Never directories.
-  std::vector<Link> extra_links;
+  RareVector<Link> extra_links;
   // The store's version of this record (the cluster: the etcd revision that wrote it), 0 for a
   // record never committed. Opaque to the fs, which hands it back unchanged in the batches it
   // builds, so a shared store can refuse a change based on an older version (Status::Conflict).
