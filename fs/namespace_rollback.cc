@@ -20,6 +20,9 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(id);
+    // A shared store's record read before a newer one of the same object reached this node
+    // (its watch applied it meanwhile): what the tree shows is already newer, keep it.
+    if (record && in && record->revision != 0 && in->rec.revision > record->revision) return;
     if (!record) {
       // Nothing durable: the object leaves the tree (a new file whose publish failed, a new
       // directory, a rename target that was never made).

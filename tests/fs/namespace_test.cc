@@ -444,5 +444,32 @@ TEST(NamespaceRemoteTest, NotifiesOnlyWhatTheKernelKnows) {
   EXPECT_TRUE(sink.inodes.empty());
 }
 
+// A rolled-back batch makes the store report its objects' records; one read before the watch
+// delivered a newer version of the same object must not take the tree back to the older one
+// (a node then showed an O_EXCL winner's empty file forever).
+TEST(NamespaceRemoteTest, AResetToAnOlderRevisionKeepsTheNewerRecord) {
+  MemoryStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kF = (9ull << 48) | 1;
+  ObjectRecord empty = RemoteRecord(kF, kRootId, "lock", ObjectType::kFile, 10);
+  ObjectRecord written = RemoteRecord(kF, kRootId, "lock", ObjectType::kFile, 12);
+  written.mode = 0600;  // stands for the published content
+  ns.ApplyRemoteChanges({empty}, {});
+  ns.ApplyRemoteChanges({written}, {});
+  ns.RestoreStoreRecord(kF, &empty);  // read at revision 10, delivered late
+  auto e = ns.Lookup(kRootId, "lock");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.st_mode & 07777, 0600u);
+  // A newer state from the store still wins.
+  ObjectRecord newer = RemoteRecord(kF, kRootId, "lock", ObjectType::kFile, 14);
+  newer.mode = 0640;
+  ns.RestoreStoreRecord(kF, &newer);
+  auto e2 = ns.Lookup(kRootId, "lock");
+  ASSERT_TRUE(e2.ok());
+  EXPECT_EQ(e2->attr.st_mode & 07777, 0640u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
