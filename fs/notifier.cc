@@ -99,7 +99,7 @@ void Notifier::Run() {
       ++delivered_;
       delivered_cv_.notify_all();
     }
-    if (n.sent <= std::size(kRepeats)) {
+    if (n.sent <= std::size(kRepeats) && repeats_[n.sent - 1].size() < kMaxWaitingRepeats) {
       n.due = Clock::now() + kRepeats[n.sent - 1];
       repeats_[n.sent - 1].push_back(std::move(n));
     }

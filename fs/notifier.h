@@ -29,6 +29,9 @@ class Notifier : public InvalidationSink {
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kRepeats[] = {std::chrono::milliseconds(50),
                                                            std::chrono::milliseconds(1000)};
+  // Repeats waiting per step, at most: a burst of remote changes (a late joiner catching up on
+  // a million names) must not queue a million notes twice over; past this they are skipped.
+  static constexpr size_t kMaxWaitingRepeats = 4096;
   // Where notifications go: the kernel (Start with a session) or a test's recorder.
   struct Target {
     std::function<int(uint64_t ino, bool data)> inode;

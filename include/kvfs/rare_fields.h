@@ -35,7 +35,11 @@ class RareString {
   size_t size() const { return s_ ? s_->size() : 0; }
   bool empty() const { return size() == 0; }
   const char* data() const { return str().data(); }
-  char* data() { return Mutable().data(); }
+  // Empty: a buffer of nothing, not an allocation (a decoder may copy 0 bytes into it).
+  char* data() {
+    static char nothing[1];
+    return s_ ? s_->data() : nothing;
+  }
   void resize(size_t n) {
     if (n == 0) {
       s_.reset();
@@ -43,6 +47,7 @@ class RareString {
       Mutable().resize(n);
     }
   }
+  bool allocated() const { return s_ != nullptr; }  // an empty one never is
   bool operator==(const RareString& o) const { return str() == o.str(); }
   bool operator==(std::string_view o) const { return str() == o; }
 
@@ -124,6 +129,7 @@ class RareVector {
     return n;
   }
   std::vector<T> to_vector() const { return v_ ? *v_ : std::vector<T>{}; }
+  bool allocated() const { return v_ != nullptr; }  // an empty one never is
 
   bool operator==(const RareVector& o) const { return to_vector_ref() == o.to_vector_ref(); }
   bool operator==(const std::vector<T>& o) const { return to_vector_ref() == o; }

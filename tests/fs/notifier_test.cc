@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <map>
 #include <thread>
 
@@ -92,6 +93,36 @@ TEST(NotifierTest, StopDropsPendingRepeatsAndLaterNotifications) {
   n.InvalidateInode(4, true);
   EXPECT_EQ(rec.inode(4, true), 0);
   EXPECT_LE(rec.inode(3, true), 3);
+}
+
+// A burst (a late joiner applying a million remote names) is delivered in full once, but only
+// kMaxWaitingRepeats of it wait for each repeat: the queues must not grow with the burst.
+TEST(NotifierTest, ABurstQueuesABoundedNumberOfRepeats) {
+  Recorder rec;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Notifier::Target t = rec.Target();
+  auto record = t.inode;
+  // The first delivery holds the notifier until the whole burst is queued, so every fresh note
+  // is delivered before any repeat falls due and the count below is exact.
+  t.inode = [record, released](uint64_t ino, bool data) {
+    if (ino == 0) released.wait();
+    return record(ino, data);
+  };
+  Notifier n;
+  n.Start(t);
+  n.InvalidateInode(0, true);
+  constexpr uint64_t kBurst = 3 * Notifier::kMaxWaitingRepeats;
+  for (uint64_t i = 1; i <= kBurst; ++i) n.InvalidateInode(i, true);
+  release.set_value();
+  n.Drain(std::chrono::seconds(20));
+  const size_t expected = kBurst + 1 + 2 * Notifier::kMaxWaitingRepeats;
+  EXPECT_TRUE(Eventually([&] { return rec.order().size() >= expected; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // any stray repeat would be due
+  n.Stop();
+  EXPECT_EQ(rec.order().size(), expected);
+  EXPECT_EQ(rec.inode(kBurst, true), 1);  // past the bound: delivered once, not repeated
+  EXPECT_EQ(rec.inode(0, true), 3);
 }
 
 }  // namespace
