@@ -78,7 +78,7 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
   const uint8_t type = type_byte & ~kHasExtensions;
   if (type < 1 || type > kMaxObjectType) return false;
   rec.type = static_cast<ObjectType>(type);
-  rec.mode = r.U32();
+  rec.mode = static_cast<uint16_t>(r.U32() & 07777);
   rec.uid = r.U32();
   rec.gid = r.U32();
   rec.atime = DecodeTime(r);

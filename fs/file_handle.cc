@@ -30,15 +30,15 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
   // neither a reader of an old version nor a private writer can show its bytes or its size
   // to the other (a short read of an old version would shrink the kernel's i_size under an
   // appending writer; a writer's pages would be read by readers of the published version).
-  if (in->cache_handles > 0 && in->cache_view != view) {
+  if (in->cache_handles() > 0 && in->cache_view != view) {
     fh->direct_io = true;
     return;
   }
   // A reader of a file that is being rewritten in place again and again: the kernel's one
   // i_size would follow the next writer's writes under this reader (FUSE cannot give the two
   // views two sizes), so it reads around the cache until rewrites have been quiet for a while.
-  if (!fh->session && in->rewritten_at != 0 &&
-      MonotonicSeconds() - in->rewritten_at < kRewriteQuietSeconds) {
+  if (!fh->session && in->open && in->open->rewritten_at != 0 &&
+      MonotonicSeconds() - in->open->rewritten_at < kRewriteQuietSeconds) {
     fh->direct_io = true;
     return;
   }
@@ -48,8 +48,25 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
   fh->page_cache = true;
   fh->view = view;
   in->cache_view = view;
-  if (!fh->session) in->cache_view_size = fh->layout ? fh->layout->size : 0;
-  ++in->cache_handles;
+  OpenState& open = in->Opened();
+  if (!fh->session) open.cache_view_size = fh->layout ? fh->layout->size : 0;
+  ++open.cache_handles;
+}
+
+void Namespace::CloseHandleOf(Inode* in, const FileHandle& fh) {
+  if (!in->open) return;
+  OpenState& open = *in->open;
+  if (open.opens > 0) --open.opens;
+  if (fh.page_cache && open.cache_handles > 0) --open.cache_handles;
+  if (fh.session && open.writing == fh.session) {
+    // The session's last handle: the next writer starts a new one.
+    if (fh.session->handles == 0) open.writing.reset();
+  }
+  const bool rewritten_lately =
+      open.rewritten_at != 0 && MonotonicSeconds() - open.rewritten_at < kRewriteQuietSeconds;
+  if (open.opens == 0 && open.cache_handles == 0 && !open.writing && !rewritten_lately) {
+    in->open.reset();
+  }
 }
 
 Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std::string_view name,
@@ -77,8 +94,8 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       session->dirty = true;  // even an empty new file is published at its first close
       session->handles = 1;
       session->view = ++next_view_;
-      in->writing = session;
-      in->opens = 1;
+      in->Opened().writing = session;
+      in->Opened().opens = 1;
       ++in->nlookup;
       auto* fh = new FileHandle;
       fh->ino = in->rec.id;
@@ -108,10 +125,9 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
     // Another node has the name (the store gave it back to its holder): nothing was opened.
     std::unique_ptr<FileHandle> owned(created);
     if (in) {
-      if (in->opens > 0) --in->opens;
-      if (created->page_cache && in->cache_handles > 0) --in->cache_handles;
       if (in->nlookup > 0) --in->nlookup;
-      in->writing.reset();
+      created->session->handles = 0;
+      CloseHandleOf(in, *created);
       if (in->linked) {
         // The store kept it out of the shared namespace but it is still in the tree here.
         Inode* dir = Find(in->rec.parent);
@@ -155,13 +171,13 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       }
       // While a writer is active the page cache may hold its unpublished pages: a reader of
       // the published version bypasses it.
-      handle->direct_io = (flags & O_DIRECT) || in->writing;
+      handle->direct_io = (flags & O_DIRECT) || in->writing();
       if (!handle->direct_io) ChooseCacheMode(in, handle.get(), in->version);
       if (in->journaled) counters_.read_hits.fetch_add(1, std::memory_order_relaxed);
       handle->noatime = (flags & O_NOATIME) != 0;
       if (!handle->noatime) TouchAtime(in);
     } else {
-      std::shared_ptr<WriteSession> session = in->writing;
+      std::shared_ptr<WriteSession> session = in->writing();
       if (!session) {
         LayoutRef base = (flags & O_TRUNC) ? nullptr : in->rec.layout;
         KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(base));
@@ -170,8 +186,8 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
         session->writer = std::move(writer);
         session->dirty = ((flags & O_TRUNC) && in->rec.size() > 0) || !in->journaled;
         session->view = ++next_view_;
-        in->writing = session;
-        if (in->journaled && in->rec.layout) in->rewritten_at = MonotonicSeconds();
+        in->Opened().writing = session;
+        if (in->journaled && in->rec.layout) in->Opened().rewritten_at = MonotonicSeconds();
       } else if (flags & O_TRUNC) {
         truncate_session = session;
       }
@@ -184,7 +200,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       handle->direct_io = (flags & O_DIRECT) != 0 || handle->append;
       if (!handle->direct_io) ChooseCacheMode(in, handle.get(), handle->session->view);
     }
-    ++in->opens;
+    ++in->Opened().opens;
     fh = handle.release();
   }
   if (truncate_session) {
@@ -330,9 +346,8 @@ Status Namespace::Release(FileHandle* fh) {
   std::lock_guard lock(mu_);
   Inode* in = Find(fh->ino);
   if (!in) return st;
-  if (in->opens > 0) --in->opens;
-  if (fh->page_cache && in->cache_handles > 0) --in->cache_handles;
-  if (fh->session && --fh->session->handles == 0 && in->writing == fh->session) in->writing.reset();
+  if (fh->session && fh->session->handles > 0) --fh->session->handles;
+  CloseHandleOf(in, *fh);
   ReleaseUnreachableData(in);
   MaybeDrop(in);
   return st;

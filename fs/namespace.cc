@@ -175,11 +175,11 @@ void Namespace::ReleaseUnreachableData(Inode* in) {
   // Without a name or an open handle nobody can read the data again: the inode may linger
   // while the kernel still counts lookups, but its extents must not (statvfs right after an
   // unlink counts them free). Open handles hold their own LayoutRef until they close.
-  if (!in->linked && in->opens == 0 && in->rec.id != kRootId) in->rec.layout.reset();
+  if (!in->linked && in->opens() == 0 && in->rec.id != kRootId) in->rec.layout.reset();
 }
 
 void Namespace::MaybeDrop(Inode* in) {
-  if (in->linked || in->nlookup > 0 || in->opens > 0 || in->rec.id == kRootId) return;
+  if (in->linked || in->nlookup > 0 || in->opens() > 0 || in->rec.id == kRootId) return;
   inodes_.Erase(in->rec.id);
 }
 
@@ -198,15 +198,15 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   st.st_rdev = static_cast<dev_t>(r.rdev);
   st.st_uid = r.uid;
   st.st_gid = r.gid;
-  uint64_t size = in->writing ? in->writing->size.load() : r.size();
+  uint64_t size = in->writing() ? in->writing()->size.load() : r.size();
   // An open handle sees its own view: its session's content, or the version it opened.
-  const bool own_view = fh && (fh->session ? fh->session != in->writing : fh->layout != r.layout);
+  const bool own_view = fh && (fh->session ? fh->session != in->writing() : fh->layout != r.layout);
   if (fh) size = fh->session ? fh->session->size.load() : (fh->layout ? fh->layout->size : 0);
   // While readers of the published version own the page cache, a private writer's size is
   // nobody else's business: the kernel would apply it to their i_size. The writer's handle
   // sees its own size whenever the kernel asks with it.
-  if (!fh && in->writing && in->cache_handles > 0 && in->cache_view != in->writing->view)
-    size = in->cache_view_size;
+  if (!fh && in->writing() && in->cache_handles() > 0 && in->cache_view != in->writing()->view)
+    size = in->open->cache_view_size;
   if (in->dir) size = 4096;
   st.st_size = static_cast<off_t>(size);
   st.st_blksize = 1 << 20;  // a hint for buffered copies (cp, Python); O_DIRECT uses f_bsize
@@ -216,8 +216,8 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   st.st_ctim = ToTimespec(r.ctime);
   // Long attribute caching only when every view open on it is the published one: otherwise
   // the kernel's one i_size serves several views and must be asked again each time.
-  e.stable = in->journaled && !in->writing && !own_view &&
-             (in->cache_handles == 0 || in->cache_view == in->version);
+  e.stable = in->journaled && !in->writing() && !own_view &&
+             (in->cache_handles() == 0 || in->cache_view == in->version);
   return e;
 }
 
@@ -326,7 +326,7 @@ bool Namespace::ReachedThroughStaleName(const Inode* in) const {
   // not dropped yet (the store evicted it, or a peer removed it, and the invalidation is on
   // its way). ESTALE makes the VFS look the name up again, which then misses: the name goes
   // away at once, as on a local file system. Directories keep answering (a removed cwd).
-  return !in->linked && in->opens == 0 && !in->dir;
+  return !in->linked && in->opens() == 0 && !in->dir;
 }
 
 Result<ObjectRecord> Namespace::Record(uint64_t ino) {
@@ -353,6 +353,13 @@ void Namespace::UndoLookup(uint64_t ino) {
 size_t Namespace::inode_count() {
   std::lock_guard lock(mu_);
   return inodes_.size();
+}
+
+size_t Namespace::CountInodesWithOpenState() {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  inodes_.ForEach([&](Inode* in) { n += in->open != nullptr; });
+  return n;
 }
 
 Result<std::string> Namespace::Readlink(uint64_t ino) {
@@ -406,7 +413,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     if (!in) return Status::NotFound("no such inode");
     if (in->dir) return Status::Error(EISDIR, "is a directory");
     if (in->rec.type != ObjectType::kFile) return Status::Invalid("not a regular file");
-    session = (fh && fh->session) ? fh->session : in->writing;
+    session = (fh && fh->session) ? fh->session : in->writing();
     base = in->rec.layout;
   }
   if (req.size && session) {
@@ -473,8 +480,8 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // cache (O_TRUNC comes here without a handle): the kernel sets i_size from this reply and
     // cuts its cached pages to it, so the reply carries the owner's size and their pages stay
     // intact. The writer's own fstat asks with its handle and sees its size.
-    if (req.size && session && in->cache_handles > 0 && in->cache_view != session->view) {
-      entry.attr.st_size = static_cast<off_t>(in->cache_view_size);
+    if (req.size && session && in->cache_handles() > 0 && in->cache_view != session->view) {
+      entry.attr.st_size = static_cast<off_t>(in->open->cache_view_size);
       entry.stable = false;
     }
   }

@@ -56,6 +56,19 @@ class InvalidationSink {
   virtual void Drain(std::chrono::milliseconds /*max*/) {}
 };
 
+// What an inode holds only while handles are open on it, or for a while after a writer opened
+// it in place: most inodes of a big namespace never have one, so it sits behind a pointer
+// (Inode::open), made at the first open and dropped once nothing in it matters (file_handle.cc).
+struct OpenState {
+  std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
+  uint64_t cache_view_size = 0;  // the size of Inode::cache_view when it is a published version
+  uint32_t opens = 0;
+  uint32_t cache_handles = 0;  // handles open through the page cache, all on Inode::cache_view
+  // Monotonic seconds when a writer last opened this published file in place (0: never);
+  // readers that open within kRewriteQuietSeconds of it use direct I/O (file_handle.cc).
+  int64_t rewritten_at = 0;
+};
+
 struct Inode {
   // rec.id is the inode number; rec.layout is the published version. While `linked`, the tree
   // holds exactly the names the record lists ((parent, name) and extra_links; namespace_links.cc).
@@ -64,22 +77,28 @@ struct Inode {
   bool journaled = false;   // the store holds a record for it
   bool linked = true;       // reachable by at least one name
   bool lazy_dirty = false;  // atime or a directory time changed, persisted at shutdown
-  uint32_t opens = 0;
   uint64_t nlookup = 0;
-  std::unique_ptr<Directory> dir;         // directories only
-  std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
+  std::unique_ptr<Directory> dir;  // directories only
+  std::unique_ptr<OpenState> open;
   // The kernel has one page cache and one i_size per inode, but readers of an old version, a
   // private writer and readers of the new version may have the file open at once. Only one
   // view owns the page cache: `cache_view` (the id of a published version, `version`, or of a
   // write session) with `cache_handles` handles open on it; handles of any other view are
-  // direct I/O, so no reply about them lands in the cache (file_handle.cc).
+  // direct I/O, so no reply about them lands in the cache (file_handle.cc). cache_view outlives
+  // the handles: the next open of the same view keeps the pages they left.
   uint64_t version = 0;  // id of rec.layout's content; a new id whenever it changes
   uint64_t cache_view = 0;
-  uint64_t cache_view_size = 0;  // the size of cache_view when it is a published version
-  uint32_t cache_handles = 0;
-  // Monotonic seconds when a writer last opened this published file in place (0: never);
-  // readers that open within kRewriteQuietSeconds of it use direct I/O (file_handle.cc).
-  int64_t rewritten_at = 0;
+
+  uint32_t opens() const { return open ? open->opens : 0; }
+  uint32_t cache_handles() const { return open ? open->cache_handles : 0; }
+  const std::shared_ptr<WriteSession>& writing() const {
+    static const std::shared_ptr<WriteSession> none;
+    return open ? open->writing : none;
+  }
+  OpenState& Opened() {
+    if (!open) open = std::make_unique<OpenState>();
+    return *open;
+  }
 };
 
 struct EntryInfo {
@@ -200,6 +219,8 @@ class Namespace {
 
   const LookupCounters& counters() const { return counters_; }
   size_t inode_count();
+  // Inodes holding an OpenState; walks every inode (tests).
+  size_t CountInodesWithOpenState();
 
  private:
   Inode* Find(uint64_t ino);                                          // mu_ held
@@ -245,6 +266,9 @@ class Namespace {
   void SetLayout(Inode* in, LayoutRef layout);
   // mu_ held: decides direct_io/keep_cache of a handle opening on `view` (file_handle.cc).
   void ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view);
+  // Undoes what opening `fh` added to `in` (its session's handle count is already dropped),
+  // and frees the inode's OpenState once nothing in it matters.
+  void CloseHandleOf(Inode* in, const FileHandle& fh);
   // mu_ held: a directory with the set-group-ID bit passes on its group (and, to a new
   // directory, the bit itself), as on ext4.
   Result<Inode*> NewChild(uint64_t parent, std::string_view name, ObjectType type, uint32_t mode,

@@ -148,7 +148,7 @@ bool Namespace::KnownToKernelLocked(uint64_t ino) const {
   if (ino == kRootId) return true;  // never forgotten
   const Inode* in = inodes_.Find(ino);
   // An open file was looked up first; nlookup counts every entry the kernel was given.
-  return in && (in->nlookup > 0 || in->opens > 0);
+  return in && (in->nlookup > 0 || in->opens() > 0);
 }
 
 void Namespace::KeepKnownToKernelLocked(Stale& stale) const {

@@ -18,7 +18,7 @@ void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
     // Gone already, or not journaled: a new version being written publishes a fresh record.
     if (!in || !in->journaled || in->rec.id == kRootId) return;
     // An eviction never takes a name from under its writer.
-    if (evicted && in->writing) return;
+    if (evicted && in->writing()) return;
     in->journaled = false;
     UnlinkAllNames(in, &names);
     // Open handles keep the whole file (and fstat its size); the space returns as soon as the

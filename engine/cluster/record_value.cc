@@ -84,7 +84,7 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   const uint8_t type = r.U8();
   if (!r.ok() || type < 1 || type > kMaxObjectType) return bad("type");
   rec.type = static_cast<ObjectType>(type);
-  rec.mode = r.U32() & 07777;
+  rec.mode = static_cast<uint16_t>(r.U32() & 07777);
   rec.uid = r.U32();
   rec.gid = r.U32();
   rec.flags = r.U32();

@@ -90,12 +90,13 @@ struct ObjectRecord {
   ObjectId id = kInvalidId;
   ObjectId parent = kInvalidId;
   std::string name;
+  // (Fields ordered and sized to leave little padding: a daemon keeps one record per name.)
   ObjectType type = ObjectType::kFile;
-  uint32_t mode = 0;  // permission bits only (07777); the type is in `type`
+  uint16_t mode = 0;  // permission bits only (07777); the type is in `type`
+  uint32_t flags = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;
   Timespec64 atime, mtime, ctime;
-  uint32_t flags = 0;
   RareString symlink_target;            // kSymlink only
   ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
   LayoutRef layout;                     // kFile only; null means empty file

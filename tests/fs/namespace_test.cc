@@ -77,6 +77,42 @@ TEST_F(NamespaceTest, NewFileIsPublishedAtFlushNotBefore) {
   EXPECT_TRUE(ns_.Release(fh).ok());
 }
 
+// A daemon keeps one Inode per name, millions of them: what only open files need is held
+// apart and freed at the last close, but the page cache's view outlives the handles.
+TEST_F(NamespaceTest, OpenStateLivesOnlyWhileHandlesAreOpen) {
+  uint64_t a = CreateFile(kRootId, "a", "alpha");
+  uint64_t b = CreateFile(kRootId, "b", "beta");
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 0u);
+  auto r1 = ns_.Open(a, O_RDONLY);
+  auto r2 = ns_.Open(b, O_RDONLY);
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 2u);
+  ASSERT_TRUE(ns_.Release(*r1).ok());
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 1u);
+  // The next reader of the same version keeps the pages the last one left in the kernel.
+  auto again = ns_.Open(a, O_RDONLY);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->keep_cache);
+  EXPECT_FALSE((*again)->direct_io);
+  ASSERT_TRUE(ns_.Release(*again).ok());
+  ASSERT_TRUE(ns_.Release(*r2).ok());
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 0u);
+  // A writer and a reader on one file: the state goes with the last handle, and a new
+  // version is not taken for the cached one.
+  uint64_t c = CreateFile(kRootId, "c", "gamma");
+  auto w = ns_.Create(kRootId, "d", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(w.ok());
+  auto rc = ns_.Open(c, O_RDONLY);
+  ASSERT_TRUE(rc.ok());
+  ASSERT_TRUE(ns_.Release(*rc).ok());
+  ASSERT_TRUE(ns_.Write(w->second, 0, "delta", 5).ok());
+  ASSERT_TRUE(ns_.Release(w->second).ok());
+  ns_.Forget(w->first.attr.st_ino, 1);
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 0u);
+  EXPECT_EQ(ReadFile(w->first.attr.st_ino), "delta");
+  EXPECT_EQ(ns_.CountInodesWithOpenState(), 0u);
+}
+
 TEST_F(NamespaceTest, EmptyNewFileIsPublished) {
   auto r = ns_.Create(kRootId, "empty", 0644, O_WRONLY | O_CREAT, 0, 0);
   ASSERT_TRUE(r.ok());
