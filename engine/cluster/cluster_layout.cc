@@ -2,19 +2,12 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "namespace_keys.h"
 
 namespace kvfs::cluster {
-namespace {
-
-struct ClusterLayoutDeleter {
-  void operator()(const Layout* l) const { delete static_cast<const ClusterLayout*>(l); }
-};
-
-}  // namespace
-
 bool HolderList::Remove(NodeId n) {
   for (size_t i = 0; i < n_; ++i) {
     if (ids_[i] != n) continue;
@@ -40,16 +33,18 @@ bool HolderList::operator==(const HolderList& o) const {
 
 LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders,
                             uint64_t checksum) {
-  auto* l = new ClusterLayout;
+  // One allocation for the layout and its reference counts: a node keeps one per name.
+  auto l = std::make_shared<ClusterLayout>();
+  l->kind = Layout::Kind::kClusterChunk;
   l->size = size;
   l->chunk = chunk;
   l->holders = holders;
   l->checksum = checksum;
-  return LayoutRef(static_cast<const Layout*>(l), ClusterLayoutDeleter{});
+  return l;
 }
 
 const ClusterLayout* AsClusterLayout(const LayoutRef& layout) {
-  if (!layout || std::get_deleter<ClusterLayoutDeleter>(layout) == nullptr) return nullptr;
+  if (!layout || layout->kind != Layout::Kind::kClusterChunk) return nullptr;
   return static_cast<const ClusterLayout*>(layout.get());
 }
 

@@ -50,8 +50,7 @@ struct ClusterLayout : Layout {
   uint64_t checksum = 0;
 };
 
-// A ClusterLayout as a LayoutRef. Its deleter type is what tells it apart from the engine's
-// layouts (which carry the engine's deleter), so no registry of live layouts is needed.
+// A ClusterLayout as a LayoutRef, marked Layout::Kind::kClusterChunk.
 LayoutRef MakeClusterLayout(uint64_t size, uint64_t chunk, const HolderList& holders,
                             uint64_t checksum);
 // The ClusterLayout behind `layout`, or null for any other layout.

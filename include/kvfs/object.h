@@ -37,8 +37,13 @@ struct Segment {
 // segment is a hole (zeros, nothing stored), so a sparse file costs what was written, not its
 // size. A file written from start to end has segments[i].index == i.
 struct Layout {
+  // A layer whose layouts derive from this one (the cluster's) marks them, so that it can
+  // tell its own from the engine's without a registry of live layouts.
+  enum class Kind : uint8_t { kSegments = 0, kClusterChunk = 1 };
+
   uint64_t size = 0;
   std::vector<Segment> segments;
+  Kind kind = Kind::kSegments;
 
   // The segment with this index, or null when that part of the file is a hole.
   const Segment* Find(uint64_t index) const {

@@ -45,6 +45,18 @@ TEST(RecordValueTest, RoundTripKeepsChunkHoldersAndChecksum) {
   EXPECT_EQ(cl->holders.ToVector(), (std::vector<NodeId>{3, 1}));
 }
 
+TEST(RecordValueTest, OnlyClusterLayoutsAreTakenForOne) {
+  EXPECT_EQ(AsClusterLayout(nullptr), nullptr);
+  auto engine_layout = std::make_shared<Layout>();
+  engine_layout->size = 4096;
+  engine_layout->segments.push_back(Segment{});
+  EXPECT_EQ(AsClusterLayout(engine_layout), nullptr);
+  LayoutRef cluster = MakeClusterLayout(1, 2, HolderList(std::vector<NodeId>{4}), 5);
+  ASSERT_NE(AsClusterLayout(cluster), nullptr);
+  EXPECT_EQ(AsClusterLayout(cluster)->holders.ToVector(), std::vector<NodeId>{4});
+  EXPECT_EQ(cluster.use_count(), 1);
+}
+
 TEST(RecordValueTest, FormatOneWithoutChecksumStillDecodes) {
   std::string v = EncodeRecordValue(FileWithData(), 3);
   // Format 2 put the 8 checksum bytes after the 8 chunk bytes, before the holder count and the
