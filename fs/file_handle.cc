@@ -23,6 +23,12 @@ int64_t MonotonicSeconds() {
   return ts.tv_sec + 1;  // never 0, which means "never rewritten"
 }
 
+// A writer opened the published file in place within the last kRewriteQuietSeconds.
+bool RewrittenLately(const Inode* in) {
+  return in->open && in->open->rewritten_at != 0 &&
+         MonotonicSeconds() - in->open->rewritten_at < kRewriteQuietSeconds;
+}
+
 }  // namespace
 
 void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
@@ -37,8 +43,7 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
   // A reader of a file that is being rewritten in place again and again: the kernel's one
   // i_size would follow the next writer's writes under this reader (FUSE cannot give the two
   // views two sizes), so it reads around the cache until rewrites have been quiet for a while.
-  if (!fh->session && in->open && in->open->rewritten_at != 0 &&
-      MonotonicSeconds() - in->open->rewritten_at < kRewriteQuietSeconds) {
+  if (!fh->session && RewrittenLately(in)) {
     fh->direct_io = true;
     return;
   }
@@ -54,17 +59,14 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
 }
 
 void Namespace::CloseHandleOf(Inode* in, const FileHandle& fh) {
+  if (fh.session && fh.session->handles > 0) --fh.session->handles;
   if (!in->open) return;
   OpenState& open = *in->open;
   if (open.opens > 0) --open.opens;
   if (fh.page_cache && open.cache_handles > 0) --open.cache_handles;
-  if (fh.session && open.writing == fh.session) {
-    // The session's last handle: the next writer starts a new one.
-    if (fh.session->handles == 0) open.writing.reset();
-  }
-  const bool rewritten_lately =
-      open.rewritten_at != 0 && MonotonicSeconds() - open.rewritten_at < kRewriteQuietSeconds;
-  if (open.opens == 0 && open.cache_handles == 0 && !open.writing && !rewritten_lately) {
+  // The session's last handle: the next writer starts a new one.
+  if (fh.session && fh.session->handles == 0 && open.writing == fh.session) open.writing.reset();
+  if (open.opens == 0 && open.cache_handles == 0 && !open.writing && !RewrittenLately(in)) {
     in->open.reset();
   }
 }
@@ -126,7 +128,6 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
     std::unique_ptr<FileHandle> owned(created);
     if (in) {
       if (in->nlookup > 0) --in->nlookup;
-      created->session->handles = 0;
       CloseHandleOf(in, *created);
       if (in->linked) {
         // The store kept it out of the shared namespace but it is still in the tree here.
@@ -346,7 +347,6 @@ Status Namespace::Release(FileHandle* fh) {
   std::lock_guard lock(mu_);
   Inode* in = Find(fh->ino);
   if (!in) return st;
-  if (fh->session && fh->session->handles > 0) --fh->session->handles;
   CloseHandleOf(in, *fh);
   ReleaseUnreachableData(in);
   MaybeDrop(in);

@@ -266,8 +266,8 @@ class Namespace {
   void SetLayout(Inode* in, LayoutRef layout);
   // mu_ held: decides direct_io/keep_cache of a handle opening on `view` (file_handle.cc).
   void ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view);
-  // Undoes what opening `fh` added to `in` (its session's handle count is already dropped),
-  // and frees the inode's OpenState once nothing in it matters.
+  // Undoes what opening `fh` added to `in` and to its session's handle count, and frees the
+  // inode's OpenState once nothing in it matters.
   void CloseHandleOf(Inode* in, const FileHandle& fh);
   // mu_ held: a directory with the set-group-ID bit passes on its group (and, to a new
   // directory, the bit itself), as on ext4.
