@@ -20,6 +20,14 @@ constexpr char kRevisionFile[] = "cluster-revision";
 constexpr int kNodeShift = 48;
 constexpr uint64_t kLocalMask = (uint64_t{1} << kNodeShift) - 1;
 
+// Device bytes a local layout occupies (what freeing it gives back).
+uint64_t StoredBytes(const Layout* layout) {
+  uint64_t bytes = 0;
+  if (layout)
+    for (const Segment& s : layout->segments) bytes += s.stored_len;
+  return bytes;
+}
+
 }  // namespace
 
 ClusterStore::ClusterStore(std::unique_ptr<ChunkStore> local, ClusterOptions options)
@@ -45,6 +53,7 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(std::unique_ptr<ChunkSt
 Status ClusterStore::Start() {
   KVFS_ASSIGN_OR_RETURN(etcd_, etcd::MakeClient(options_.etcd));
   KVFS_RETURN_IF_ERROR(LoadHoldings());
+  retire_budget_ = local_->Stats().capacity_bytes / kRetireShare;
   ServerOptions so;
   so.host = options_.listen_host;
   so.port = options_.listen_port;
@@ -190,6 +199,7 @@ Status ClusterStore::Hold(uint64_t chunk, const LayoutRef& layout, uint32_t flag
 
 void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
   ObjectId local_id;
+  std::vector<LayoutRef> freed;  // over the retiring budget; released after mu_
   {
     std::lock_guard lock(mu_);
     auto it = held_.find(chunk);
@@ -200,8 +210,16 @@ void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
     // Readers that still see the old version (a node whose watch has not delivered the new
     // one yet, an open that raced the switch) are served for a moment longer: the engine
     // frees the extents only once this last reference goes.
-    retiring_.push_back({chunk, it->second.local, std::chrono::steady_clock::now() + kRetireGrace});
+    const uint64_t bytes = StoredBytes(it->second.local.get());
+    retiring_.push_back({chunk, std::move(it->second.local), bytes,
+                         std::chrono::steady_clock::now() + kRetireGrace});
+    retiring_bytes_ += bytes;
     held_.erase(it);
+    while (retiring_bytes_ > retire_budget_ && !retiring_.empty()) {
+      freed.push_back(std::move(retiring_.front().local));
+      retiring_bytes_ -= retiring_.front().bytes;
+      retiring_.pop_front();
+    }
   }
   MetaBatch b;
   b.removes.push_back(local_id);
@@ -228,11 +246,16 @@ void ClusterStore::ExpireRetiring() {
   const auto now = std::chrono::steady_clock::now();
   while (!retiring_.empty() && retiring_.front().until <= now) {
     freed.push_back(std::move(retiring_.front().local));
+    retiring_bytes_ -= retiring_.front().bytes;
     retiring_.pop_front();
   }
 }
 
-bool ClusterStore::Holds(uint64_t chunk) const { return HeldLayout(chunk) != nullptr; }
+bool ClusterStore::Holds(uint64_t chunk, bool retiring) const {
+  if (retiring) return HeldLayout(chunk) != nullptr;
+  std::lock_guard lock(mu_);
+  return held_.count(chunk) != 0;
+}
 
 size_t ClusterStore::held_chunks() const {
   std::lock_guard lock(mu_);
@@ -377,37 +400,39 @@ void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec) {
 }
 
 void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
+  LayoutRef released;  // dropped after mu_: the last reference frees the extents
+  LocalLoss loss{0, kInvalidId, corrupt};
+  {
+    std::lock_guard lock(mu_);
+    auto it = chunk_of_local_.find(local_id);
+    if (it == chunk_of_local_.end()) return;
+    loss.chunk = it->second;
+    auto h = held_.find(loss.chunk);
+    if (h != held_.end()) {
+      loss.record = h->second.record;
+      if (loss.record != kInvalidId) chunk_of_record_.erase(loss.record);
+      released = std::move(h->second.local);
+      held_.erase(h);
+    }
+    chunk_of_local_.erase(it);
+  }
   std::lock_guard lock(losses_mu_);
-  losses_.emplace_back(local_id, corrupt);
+  losses_.push_back(loss);
   house_cv_.notify_all();
 }
 
 void ClusterStore::HandleLocalLosses() {
-  std::vector<std::pair<ObjectId, bool>> losses;
+  std::vector<LocalLoss> losses;
   {
     std::lock_guard lock(losses_mu_);
     losses.swap(losses_);
   }
-  for (const auto& [local_id, corrupt] : losses) {
-    uint64_t chunk = 0;
-    ObjectId record = kInvalidId;
-    {
-      std::lock_guard lock(mu_);
-      auto it = chunk_of_local_.find(local_id);
-      if (it == chunk_of_local_.end()) continue;
-      chunk = it->second;
-      auto h = held_.find(chunk);
-      if (h != held_.end()) {
-        record = h->second.record;
-        if (record != kInvalidId) chunk_of_record_.erase(record);
-        held_.erase(h);
-      }
-      chunk_of_local_.erase(it);
-    }
-    spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(chunk),
-                 corrupt ? "corrupt" : "evicted");
-    if (record != kInvalidId)
-      LeaveHolderList(record, chunk, corrupt ? "its local copy was corrupt" : "evicted here");
+  for (const LocalLoss& loss : losses) {
+    spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
+                 loss.corrupt ? "corrupt" : "evicted");
+    if (loss.record != kInvalidId)
+      LeaveHolderList(loss.record, loss.chunk,
+                      loss.corrupt ? "its local copy was corrupt" : "evicted here");
   }
 }
 
@@ -422,6 +447,13 @@ void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* 
     if (!*rec) return;
     const ClusterLayout* cl = AsClusterLayout((*rec)->layout);
     if (!cl || cl->chunk != chunk || !cl->holders.Contains(options_.node_id)) return;
+    if (Holds(chunk, /*retiring=*/false)) {
+      // Repair (or a placement) sent a fresh copy since the loss: leaving now would take a
+      // good copy off the list, and this node would drop it when the change came back.
+      spdlog::info("cluster: chunk {} is held here again: node {} stays on its holder list",
+                   Hex16(chunk), options_.node_id);
+      return;
+    }
     HolderList holders = cl->holders;
     holders.Remove(options_.node_id);
     Status st;

@@ -68,8 +68,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   ChunkStore* local() { return local_.get(); }
   Membership* membership() { return membership_.get(); }
   NamespaceLog* log() { return log_.get(); }
-  // Whether the local engine holds a copy of `chunk` (tests, kvfsctl where).
-  bool Holds(uint64_t chunk) const;
+  // Whether the local engine holds a copy of `chunk` (tests, kvfsctl where); with
+  // retiring=false, a copy dropped a moment ago and still served does not count.
+  bool Holds(uint64_t chunk, bool retiring = true) const;
   size_t held_chunks() const;
   // Re-checks every held chunk for missing copies now (tests; also runs on its own).
   void CheckRepairs();
@@ -156,6 +157,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void OnRemote(std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes);
   void OnResync(const std::vector<ObjectId>& present, int64_t revision);
   void OnReset(ObjectId id, const ObjectRecord* rec);
+  // The engine evicted or dropped a held copy: it stops being held at once, so the space is
+  // free when the engine's writer that evicted it retries; the holder lists follow later.
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
   void HandleLocalLosses();
   // Takes this node out of the holder list of `record` (its copy is gone); the record goes
@@ -188,14 +191,22 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::unordered_map<uint64_t, Holding> held_;  // chunk -> holding
   std::unordered_map<ObjectId, uint64_t> chunk_of_local_;   // engine id -> chunk
   std::unordered_map<ObjectId, uint64_t> chunk_of_record_;  // namespace id -> held chunk
-  // Copies dropped a moment ago, still served until `until` (see DropHolding).
+  // Copies dropped a moment ago, still served until `until` (see DropHolding). Their extents
+  // are out of the engine's index, so its eviction cannot reclaim them: at most
+  // retire_budget_ bytes wait, oldest freed first, or a node publishing faster than the grace
+  // would fill its devices with copies it no longer holds and fail writes with ENOSPC.
   struct Retiring {
     uint64_t chunk;
     LayoutRef local;
+    uint64_t bytes;
     std::chrono::steady_clock::time_point until;
   };
   static constexpr std::chrono::seconds kRetireGrace{5};
+  // A sixteenth of the capacity: the engine's eviction still reaches its watermarks.
+  static constexpr uint64_t kRetireShare = 16;
   std::deque<Retiring> retiring_;
+  uint64_t retiring_bytes_ = 0;
+  uint64_t retire_budget_ = 0;
   // Local layouts published recently -> their cluster layout, so a batch that still carries
   // the local layout (built before the publish returned) means that version, not a new one.
   RecentPublishes published_;
@@ -221,8 +232,15 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   mutable std::mutex seen_mu_;
   mutable std::map<NodeId, std::string> seen_;
 
+  // Held copies the engine evicted or found corrupt: their space is already released
+  // (QueueLocalLoss); leaving the holder lists in etcd waits for the housekeeping thread.
+  struct LocalLoss {
+    uint64_t chunk;
+    ObjectId record;  // kInvalidId: no namespace record named it yet
+    bool corrupt;
+  };
   std::mutex losses_mu_;
-  std::vector<std::pair<ObjectId, bool>> losses_;  // engine id, corrupt
+  std::vector<LocalLoss> losses_;
 
   std::thread house_;
   std::mutex house_mu_;

@@ -200,6 +200,28 @@ class ClusterMount(unittest.TestCase):
         self.assertEqual(got[1], got[3], {"now": got, "before": sums[1]["cb"], "stat": {
             k: os.getxattr(c.path(k, "cb"), "user.kvfs.stat").decode() for k in (1, 2, 3)}})
 
+    def test_a_full_node_evicts_to_its_watermark_and_publishes_on(self):
+        # A cache is written past its capacity and must evict, never refuse: node 3 publishes
+        # (and republishes over node 1's names) 4x its capacity. Copies it drops or evicts
+        # must free their space at once, or the writer's retry finds no room, evicts the
+        # next file, and so on until the whole cache is gone and close fails with ENOSPC.
+        capacity = 48 << 20
+        c = self.cluster(n=3, replicas=2, capacity="48M")
+        size = 3 * (1 << 20) + 1
+        for i in range(32):
+            c.publish(1, f"full/f{i}", chunk_bytes(f"a{i}", size), tmp_suffix=".tmp")
+            c.publish(3, f"full/f{i}", chunk_bytes(f"b{i}", size), tmp_suffix=".tmp")
+        for k in (1, 2, 3):
+            st = c.nodes[k].mount.status()
+            self.assertLessEqual(st["used_bytes"], capacity, st)
+            # Eviction stops at the low watermark (0.8): well over a third of the cache is
+            # still there once the writes settle (the rest may be replaced versions on hold).
+            wait_until(lambda: c.nodes[k].mount.status()["stored_bytes"] >= capacity // 3,
+                       10, what=f"node {k} keeps a third of its cache: {st}")
+        # The last versions are whole wherever they are read.
+        for i in (30, 31):
+            self.assert_content(c, 2, f"full/f{i}", f"b{i}", size)
+
     def publish_remote_to_2(self, c, name, data):
         """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
         node 2's reads of it are remote (R=1)."""
