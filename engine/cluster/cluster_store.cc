@@ -96,15 +96,21 @@ Status ClusterStore::Start() {
   spdlog::info("cluster: node {} serving peers at {}, etcd {}, replicas {}", options_.node_id,
                address, etcd_->endpoint(), options_.replicas);
   house_ = std::thread([this] {
+    // Losses are handled as they come (until the holder lists say so, readers elsewhere are
+    // sent to a copy that is gone); the rest once a second.
+    auto tick = std::chrono::steady_clock::now();
     for (;;) {
       {
         std::unique_lock lock(house_mu_);
-        house_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
+        house_cv_.wait_until(lock, tick, [&] { return stop_ || losses_queued_; });
         if (stop_) return;
+        losses_queued_ = false;
       }
       HandleLocalLosses();
+      if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
       SaveRevision();
+      tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
   });
   return Status::Ok();
@@ -416,8 +422,14 @@ void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
     }
     chunk_of_local_.erase(it);
   }
-  std::lock_guard lock(losses_mu_);
-  losses_.push_back(loss);
+  {
+    std::lock_guard lock(losses_mu_);
+    losses_.push_back(loss);
+  }
+  {
+    std::lock_guard lock(house_mu_);
+    losses_queued_ = true;
+  }
   house_cv_.notify_all();
 }
 

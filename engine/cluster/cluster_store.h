@@ -246,6 +246,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   bool stop_ = false;
+  bool losses_queued_ = false;  // under house_mu_: wakes the housekeeping thread
   int64_t saved_revision_ = 0;
   std::atomic<bool> was_reachable_{true};
 };

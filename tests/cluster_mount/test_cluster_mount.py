@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import unittest
@@ -221,6 +222,78 @@ class ClusterMount(unittest.TestCase):
         # The last versions are whole wherever they are read.
         for i in (30, 31):
             self.assert_content(c, 2, f"full/f{i}", f"b{i}", size)
+
+    def test_writers_on_every_node_past_capacity_readers_see_whole_versions(self):
+        # Every node publishes over shared names while every node reads them, 2x what the
+        # cluster holds: writes never fail, and a read returns one whole version (each file
+        # carries its own version in a header) or ENOENT (evicted). A read racing the eviction
+        # of the copies it was sent to may fail with EIO (counted, printed, not asserted:
+        # how often depends on the machine's speed).
+        size = 3 * (1 << 20) + 7
+        names = [f"w/n{i}" for i in range(24)]
+
+        def version(name, tag):
+            head = f"{name}:{tag}".encode().ljust(64, b"\0")
+            return head + chunk_bytes(f"{name}:{tag}", size - 64)
+
+        c = self.cluster(n=3, replicas=2, capacity="48M")
+        os.mkdir(c.path(1, "w"))
+        for k in (2, 3):
+            c.wait_exists(k, "w", VISIBLE_S)
+        failures, wrong, outcomes = [], [], {"whole": 0, "enoent": 0, "eio": 0}
+        lock = threading.Lock()
+        writes = 22  # per node: 3 x 22 x 3 MiB, about 2x the 96 MiB the cluster holds (R=2)
+
+        def writer(k):
+            for v in range(writes):
+                name = names[(v * 7 + k * 5) % len(names)]
+                try:
+                    c.publish(k, name, version(name, f"{k}.{v}"), tmp_suffix=f".tmp{k}")
+                except OSError as e:
+                    failures.append((k, name, e.errno))
+
+        def reader(k, stop):
+            i = 0
+            while not stop.is_set():
+                name = names[(i * 11 + k) % len(names)]
+                i += 1
+                try:
+                    with open(c.path(k, name), "rb") as f:
+                        data = f.read()
+                except OSError as e:
+                    key = {errno.ENOENT: "enoent", errno.EIO: "eio"}.get(e.errno)
+                    if key is None:
+                        failures.append(("read", k, name, e.errno))
+                    else:
+                        with lock:
+                            outcomes[key] += 1
+                    time.sleep(0.002)
+                    continue
+                tag = data[:64].rstrip(b"\0").decode(errors="replace")
+                if len(data) != size or not tag.startswith(name + ":") \
+                        or data != version(name, tag.split(":", 1)[1]):
+                    wrong.append((k, name, len(data), tag))
+                else:
+                    with lock:
+                        outcomes["whole"] += 1
+
+        stop = threading.Event()
+        readers = [threading.Thread(target=reader, args=(k, stop)) for k in (1, 2, 3)]
+        writers = [threading.Thread(target=writer, args=(k,)) for k in (1, 2, 3)]
+        for t in readers + writers:
+            t.start()
+        for t in writers:
+            t.join()
+        stop.set()
+        for t in readers:
+            t.join()
+        print(f"reads: {outcomes}", file=sys.stderr)
+        self.assertEqual(wrong, [])
+        self.assertEqual(failures, [])
+        self.assertGreater(outcomes["whole"], 0, outcomes)
+        for k in (1, 2, 3):
+            st = c.nodes[k].mount.status()
+            self.assertLessEqual(st["used_bytes"], 48 << 20, st)
 
     def publish_remote_to_2(self, c, name, data):
         """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
