@@ -145,10 +145,15 @@ void TcpPeerServer::PollLoop() {
     const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < idle_.size(); ++i) {
       auto& c = idle_[i];
-      if (fds[i + 2].revents != 0) {
+      const Inbox in = fds[i + 2].revents == 0         ? Inbox::kPartial
+                       : c->handshake->authenticated() ? Inbox::kFrame
+                                                       : FillInbox(*c);
+      if (in == Inbox::kFrame) {
         std::lock_guard lock(mu_);
         ready_.push_back(std::move(c));
         cv_.notify_one();
+      } else if (in == Inbox::kClose) {
+        connections_.fetch_sub(1);
       } else if (!c->handshake->authenticated() && now > c->auth_deadline) {
         spdlog::warn("peer {}: no authentication within {} ms, closing", c->peer,
                      options_.auth_timeout.count());
@@ -217,6 +222,34 @@ void TcpPeerServer::SendError(Conn& conn, uint64_t request_id, const Status& st)
   if (!s.ok()) spdlog::debug("peer {}: could not send ERROR: {}", conn.peer, s.ToString());
 }
 
+TcpPeerServer::Inbox TcpPeerServer::FillInbox(Conn& conn) {
+  for (;;) {
+    size_t want = wire::kHeaderSize - std::min(conn.inbox.size(), wire::kHeaderSize);
+    if (want == 0) {
+      wire::FrameHeader h;
+      Status st = wire::DecodeHeader(wire::AsBytes(conn.inbox), kHandshakeCap, &h);
+      if (!st.ok()) {
+        spdlog::warn("peer {}: bad frame before authentication, closing: {}", conn.peer,
+                     st.ToString());
+        return Inbox::kClose;
+      }
+      want = wire::kHeaderSize + h.payload_len - conn.inbox.size();
+      if (want == 0) return Inbox::kFrame;
+    }
+    char buf[kHandshakeCap];
+    const ssize_t n =
+        ::recv(conn.fd.get(), buf, std::min(want, sizeof buf), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      conn.inbox.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return Inbox::kPartial;
+    spdlog::debug("peer {}: closed before authentication", conn.peer);
+    return Inbox::kClose;
+  }
+}
+
 bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
   const bool authed = conn.handshake->authenticated();
   const Deadline deadline = Clock::now() + options_.io_timeout;
@@ -229,10 +262,23 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     return data;
   };
   ReceivedFrame frame;
-  // A PUT's data CRC is computed while it streams in when the client sent one (the flag is in
-  // the header, read before the data), so checking it costs no second pass.
-  Status st = RecvFrame(conn.fd.get(), authed ? options_.max_frame : kHandshakeCap, deadline,
-                        /*eof_ok=*/true, sink, &frame, /*crc_data=*/true);
+  Status st;
+  if (authed) {
+    // A PUT's data CRC is computed while it streams in when the client sent one (the flag is
+    // in the header, read before the data), so checking it costs no second pass.
+    st = RecvFrame(conn.fd.get(), options_.max_frame, deadline, /*eof_ok=*/true, sink, &frame,
+                   /*crc_data=*/true);
+  } else {
+    // The poller read one whole frame (FillInbox).
+    wire::FrameView view;
+    st = wire::DecodeFrame(wire::AsBytes(conn.inbox), kHandshakeCap, &view);
+    if (st.ok()) {
+      frame.header = view.header;
+      frame.meta.assign(reinterpret_cast<const char*>(view.meta.data()), view.meta.size());
+      if (!view.data.empty()) st = Status::Error(EACCES, "data before authentication");
+    }
+    conn.inbox.clear();
+  }
   if (!st.ok()) {
     if (st.err() == ENODATA) {
       spdlog::debug("peer {}: closed", conn.peer);

@@ -40,7 +40,12 @@ class TcpPeerServer : public PeerServer {
     std::unique_ptr<ServerHandshake> handshake;
     Deadline auth_deadline;
     std::string peer;
+    // Before authentication the poller reads frames here without blocking, and a worker gets
+    // the connection only with a whole frame: a client that sends half a frame and stops
+    // (or many of them) holds no worker, so it cannot starve the real peers.
+    std::string inbox;
   };
+  enum class Inbox { kPartial, kFrame, kClose };
   // A worker's reusable buffer for GET answers and PUT data: uninitialised (no page zeroing on
   // each large request) and 4 KiB aligned, so that the engine can read a GET's segments into it
   // with O_DIRECT (no copy out of its ring's buffers).
@@ -62,6 +67,8 @@ class TcpPeerServer : public PeerServer {
   TcpPeerServer(const ServerOptions& options, RequestHandler* handler);
   void PollLoop();
   void WorkerLoop();
+  // Reads what an unauthenticated connection sent, never past the end of one frame.
+  Inbox FillInbox(Conn& conn);
   bool ServeOne(Conn& conn, Scratch& scratch);
   bool Handshake(Conn& conn, const ReceivedFrame& frame);
   // Fills *answer, or returns the error to send; *fatal says the frame itself was malformed.

@@ -316,6 +316,34 @@ TEST_F(TcpTransportTest, GarbageClosesConnection) {
   EXPECT_TRUE(Client()->Ping().ok());
 }
 
+TEST_F(TcpTransportTest, HalfFramesBeforeAuthHoldNoWorker) {
+  // Anyone who can reach the port may send part of a frame and stop. Before authentication no
+  // worker waits for the rest, so the peers that do authenticate are served at once, not after
+  // io_timeout of every stalled stranger.
+  ServerOptions sopts;
+  sopts.threads = 2;
+  sopts.io_timeout = 20s;
+  StartServer(sopts);
+  std::vector<Fd> stalled;
+  const std::string hello =
+      wire::EncodeFrame(wire::MsgType::kHello, 0, 1, wire::Encode(wire::Hello{"stalled", {}}));
+  for (size_t cut : {size_t{7}, wire::kHeaderSize, hello.size() - 1, size_t{1}, size_t{20}}) {
+    Fd fd = RawConnect();
+    ASSERT_EQ(::send(fd.get(), hello.data(), cut, MSG_NOSIGNAL), static_cast<ssize_t>(cut));
+    stalled.push_back(std::move(fd));
+  }
+  ClientOptions copts;
+  copts.request_timeout = 3s;
+  auto c = Client(copts);
+  ASSERT_NE(c, nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(c->Ping().ok());
+  // The rest of a stalled HELLO still gets its CHALLENGE.
+  ASSERT_EQ(::send(stalled[2].get(), hello.data() + hello.size() - 1, 1, MSG_NOSIGNAL), 1);
+  ReceivedFrame f;
+  ASSERT_TRUE(RecvFrame(stalled[2].get(), 8192, Clock::now() + 5s, false, nullptr, &f).ok());
+  EXPECT_EQ(f.header.type, wire::MsgType::kChallenge);
+}
+
 TEST_F(TcpTransportTest, MalformedMetaAfterAuthClosesConnection) {
   StartServer();
   Fd fd = RawConnect();
