@@ -108,6 +108,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // order to try holders in (live ones not recently failing first), and failure notes.
   PeerClient* Client(NodeId node);
   std::vector<NodeId> ReadOrder(const HolderList& holders) const;
+  // Whether `node` let a request time out within kSuspectFor (reads skip it, placement tries
+  // it last).
+  bool IsSuspect(NodeId node) const;
   void NoteFailure(NodeId node, const Status& st);
   PeerCounters* CountersFor(NodeId node);
   std::chrono::milliseconds request_timeout() const { return options_.request_timeout; }

@@ -124,6 +124,10 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
     }
     candidates.push_back(n);
   }
+  // A node that timed out a moment ago (frozen, cut off, before its lease runs out) is tried
+  // only when the others are not enough: one publish paid that timeout, the next ones do not.
+  std::stable_partition(candidates.begin(), candidates.end(),
+                        [this](NodeId n) { return !IsSuspect(n); });
   size_t next = 0;
   std::vector<NodeId> placed;
   while (placed.size() < wanted && next < candidates.size()) {
@@ -369,17 +373,18 @@ PeerCounters* ClusterStore::CountersFor(NodeId node) {
   return p.counters.get();
 }
 
-std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders) const {
+bool ClusterStore::IsSuspect(NodeId node) const {
   const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(node);
+  return it != peers_.end() && it->second.suspect_until > now;
+}
+
+std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders) const {
   std::vector<NodeId> good, down;
   for (NodeId n : holders) {
     if (n == options_.node_id) continue;
-    bool is_suspect;
-    {
-      std::lock_guard lock(peers_mu_);
-      auto it = peers_.find(n);
-      is_suspect = it != peers_.end() && it->second.suspect_until > now;
-    }
+    const bool is_suspect = IsSuspect(n);
     // A node that timed out a moment ago is not asked again until kSuspectFor has passed: a
     // frozen or cut-off peer costs one request timeout, not one per read. A node whose lease
     // is gone is asked last (a connection refused costs nothing).

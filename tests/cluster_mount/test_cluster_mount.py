@@ -516,6 +516,27 @@ class ClusterMount(unittest.TestCase):
         finally:
             os.kill(pid, signal.SIGCONT)
 
+    def test_frozen_replica_target_costs_one_publish_one_timeout(self):
+        # R=2 of 3 with node 3 frozen (its lease still valid for a few seconds): the first
+        # publish that places a copy there waits one request timeout and moves on; the ones
+        # after it place their copies elsewhere at once instead of each timing out again.
+        c = self.cluster(n=3, replicas=2)
+        c.publish(1, "warm", chunk_bytes("warm", 1000))
+        pid = c.node(3).pid
+        os.kill(pid, signal.SIGSTOP)
+        took = []
+        try:
+            for i in range(12):
+                t0 = time.monotonic()
+                c.publish(1, f"fr{i}", chunk_bytes(f"fr{i}", 200_000))
+                took.append(round(time.monotonic() - t0, 3))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        slow = [t for t in took if t >= 0.8 * REQUEST_TIMEOUT_MS / 1000]
+        self.assertLessEqual(len(slow), 1, took)
+        for i in (0, 11):
+            self.assert_content(c, 2, f"fr{i}", f"fr{i}", 200_000)
+
     def test_killed_node_restarts_and_rejoins(self):
         c = self.cluster(n=3, replicas=2)
         os.mkdir(c.path(3, "j"))
