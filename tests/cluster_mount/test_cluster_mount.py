@@ -202,8 +202,8 @@ class ClusterMount(unittest.TestCase):
             k: os.getxattr(c.path(k, "cb"), "user.kvfs.stat").decode() for k in (1, 2, 3)}})
 
     def test_a_full_node_evicts_to_its_watermark_and_publishes_on(self):
-        # A cache is written past its capacity and must evict, never refuse: node 3 publishes
-        # (and republishes over node 1's names) 4x its capacity. Copies it drops or evicts
+        # A cache is written past its capacity and must evict, never refuse: nodes 1 and 3
+        # publish 4x a node's capacity, node 3 over node 1's names. Copies a node drops or evicts
         # must free their space at once, or the writer's retry finds no room, evicts the
         # next file, and so on until the whole cache is gone and close fails with ENOSPC.
         capacity = 48 << 20
