@@ -151,6 +151,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // The local copy of `chunk` (also one dropped within kRetireGrace), or null.
   LayoutRef HeldLayout(uint64_t chunk) const;
   void ExpireRetiring();
+  // mu_ held: takes the oldest retiring copy off the queue (the caller releases it after mu_).
+  LayoutRef PopRetiring();
   // Publishes the fresh local layouts of a batch: a chunk each, placed on its holders.
   Result<MetaBatch> Prepare(MetaBatch batch,
                             std::shared_ptr<std::vector<Committed::NewLayout>> out);
@@ -236,20 +238,18 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   mutable std::map<NodeId, std::string> seen_;
 
   // Held copies the engine evicted or found corrupt: their space is already released
-  // (QueueLocalLoss); leaving the holder lists in etcd waits for the housekeeping thread.
+  // (QueueLocalLoss); leaving the holder lists in etcd is the housekeeping thread's (losses_).
   struct LocalLoss {
     uint64_t chunk;
     ObjectId record;  // kInvalidId: no namespace record named it yet
     bool corrupt;
   };
-  std::mutex losses_mu_;
-  std::vector<LocalLoss> losses_;
 
   std::thread house_;
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   bool stop_ = false;
-  bool losses_queued_ = false;  // under house_mu_: wakes the housekeeping thread
+  std::vector<LocalLoss> losses_;  // under house_mu_: waking the housekeeping thread
   int64_t saved_revision_ = 0;
   std::atomic<bool> was_reachable_{true};
 };

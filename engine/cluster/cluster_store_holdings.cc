@@ -1,0 +1,191 @@
+// ClusterStore: the chunks this node's engine holds. A held copy is kept as an engine record
+// under a hidden directory; dropped copies are still served for kRetireGrace (within a byte
+// budget); copies the engine loses (evicted, corrupt) are released at once and leave their
+// holder lists in etcd from the housekeeping thread.
+#include <spdlog/spdlog.h>
+
+#include "cluster_store.h"
+
+namespace kvfs::cluster {
+namespace {
+
+// Device bytes a local layout occupies (what freeing it gives back).
+uint64_t StoredBytes(const Layout* layout) {
+  uint64_t bytes = 0;
+  if (layout)
+    for (const Segment& s : layout->segments) bytes += s.stored_len;
+  return bytes;
+}
+
+}  // namespace
+
+Status ClusterStore::Hold(uint64_t chunk, const LayoutRef& layout, uint32_t flags) {
+  ObjectRecord rec;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(chunk);
+    if (it != held_.end() && it->second.local == layout) return Status::Ok();
+    rec.id = it != held_.end() ? it->second.local_id : local_->NewId();
+  }
+  rec.parent = chunk_dir_;
+  rec.name = ChunkName(chunk);
+  rec.type = ObjectType::kFile;
+  rec.mode = 0600;
+  rec.flags = flags;
+  rec.layout = layout;
+  rec.atime = rec.mtime = rec.ctime = Timespec64{static_cast<int64_t>(time(nullptr)), 0};
+  MetaBatch b;
+  b.puts.push_back(rec);
+  KVFS_RETURN_IF_ERROR(local_->Apply(b));
+  std::lock_guard lock(mu_);
+  Holding& h = held_[chunk];
+  h.local_id = rec.id;
+  h.local = layout;
+  h.flags = flags;
+  chunk_of_local_[rec.id] = chunk;
+  return Status::Ok();
+}
+
+void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
+  ObjectId local_id;
+  std::vector<LayoutRef> freed;  // over the retiring budget; released after mu_
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(chunk);
+    if (it == held_.end()) return;
+    local_id = it->second.local_id;
+    if (it->second.record != kInvalidId) chunk_of_record_.erase(it->second.record);
+    chunk_of_local_.erase(local_id);
+    // Readers that still see the old version (a node whose watch has not delivered the new
+    // one yet, an open that raced the switch) are served for a moment longer: the engine
+    // frees the extents only once this last reference goes.
+    const uint64_t bytes = StoredBytes(it->second.local.get());
+    retiring_.push_back({chunk, std::move(it->second.local), bytes,
+                         std::chrono::steady_clock::now() + kRetireGrace});
+    retiring_bytes_ += bytes;
+    held_.erase(it);
+    while (retiring_bytes_ > retire_budget_ && !retiring_.empty()) freed.push_back(PopRetiring());
+  }
+  MetaBatch b;
+  b.removes.push_back(local_id);
+  Status st = local_->Apply(b);
+  if (!st.ok()) {
+    spdlog::warn("cluster: dropping chunk {} ({}) failed: {}", Hex16(chunk), why, st.ToString());
+  } else {
+    spdlog::debug("cluster: dropped chunk {} ({})", Hex16(chunk), why);
+  }
+}
+
+LayoutRef ClusterStore::HeldLayout(uint64_t chunk) const {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(chunk);
+  if (it != held_.end()) return it->second.local;
+  for (const Retiring& r : retiring_)
+    if (r.chunk == chunk) return r.local;
+  return nullptr;
+}
+
+void ClusterStore::ExpireRetiring() {
+  std::vector<LayoutRef> freed;  // released outside mu_: the last release frees extents
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  while (!retiring_.empty() && retiring_.front().until <= now) freed.push_back(PopRetiring());
+}
+
+LayoutRef ClusterStore::PopRetiring() {
+  LayoutRef local = std::move(retiring_.front().local);
+  retiring_bytes_ -= retiring_.front().bytes;
+  retiring_.pop_front();
+  return local;
+}
+
+bool ClusterStore::Holds(uint64_t chunk, bool retiring) const {
+  if (retiring) return HeldLayout(chunk) != nullptr;
+  std::lock_guard lock(mu_);
+  return held_.count(chunk) != 0;
+}
+
+size_t ClusterStore::held_chunks() const {
+  std::lock_guard lock(mu_);
+  return held_.size();
+}
+
+void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
+  LayoutRef released;  // dropped after mu_: the last reference frees the extents
+  LocalLoss loss{0, kInvalidId, corrupt};
+  {
+    std::lock_guard lock(mu_);
+    auto it = chunk_of_local_.find(local_id);
+    if (it == chunk_of_local_.end()) return;
+    loss.chunk = it->second;
+    auto h = held_.find(loss.chunk);
+    if (h != held_.end()) {
+      loss.record = h->second.record;
+      if (loss.record != kInvalidId) chunk_of_record_.erase(loss.record);
+      released = std::move(h->second.local);
+      held_.erase(h);
+    }
+    chunk_of_local_.erase(it);
+  }
+  {
+    std::lock_guard lock(house_mu_);
+    losses_.push_back(loss);
+  }
+  house_cv_.notify_all();
+}
+
+void ClusterStore::HandleLocalLosses() {
+  std::vector<LocalLoss> losses;
+  {
+    std::lock_guard lock(house_mu_);
+    losses.swap(losses_);
+  }
+  for (const LocalLoss& loss : losses) {
+    spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
+                 loss.corrupt ? "corrupt" : "evicted");
+    if (loss.record != kInvalidId)
+      LeaveHolderList(loss.record, loss.chunk,
+                      loss.corrupt ? "its local copy was corrupt" : "evicted here");
+  }
+}
+
+void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* why) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto rec = log_->ReadRecord(record);
+    if (!rec.ok()) {
+      spdlog::warn("cluster: cannot leave the holder list of {:x}: {}", record,
+                   rec.status().ToString());
+      return;
+    }
+    if (!*rec) return;
+    const ClusterLayout* cl = AsClusterLayout((*rec)->layout);
+    if (!cl || cl->chunk != chunk || !cl->holders.Contains(options_.node_id)) return;
+    if (Holds(chunk, /*retiring=*/false)) {
+      // Repair (or a placement) sent a fresh copy since the loss: leaving now would take a
+      // good copy off the list, and this node would drop it when the change came back.
+      spdlog::info("cluster: chunk {} is held here again: node {} stays on its holder list",
+                   Hex16(chunk), options_.node_id);
+      return;
+    }
+    HolderList holders = cl->holders;
+    holders.Remove(options_.node_id);
+    Status st;
+    if (holders.empty()) {
+      // The last copy is gone: so is the file, on every node (as a single node's eviction).
+      st = log_->CompareAndDelete(**rec);
+      if (st.ok())
+        spdlog::warn("cluster: record {:x} removed: its last copy went ({})", record, why);
+    } else {
+      ObjectRecord next = **rec;
+      next.layout = MakeClusterLayout(cl->size, cl->chunk, holders, cl->checksum);
+      st = log_->CompareAndPut(next).status();
+    }
+    if (st.ok() || !st.IsConflict()) {
+      if (!st.ok())
+        spdlog::warn("cluster: leaving the holder list of {:x}: {}", record, st.ToString());
+      return;
+    }
+  }
+}
+
+}  // namespace kvfs::cluster
