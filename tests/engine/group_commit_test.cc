@@ -191,9 +191,12 @@ void FailedJournalWriteUndoesAndGoesReadOnly(bool tear) {
     rename.puts.push_back(renamed);
     rename.removes.push_back(c);
     auto t1 = store.Submit(publish);
+    ASSERT_TRUE(t1.ok()) << t1.status().ToString();
+    // The first commit may fail before the second is submitted: the store, read-only by then,
+    // refuses it at once with the same error.
     auto t2 = store.Submit(rename);
-    ASSERT_TRUE(t1.ok() && t2.ok());
-    Status s1 = store.AwaitDurable(*t1), s2 = store.AwaitDurable(*t2);
+    Status s1 = store.AwaitDurable(*t1);
+    Status s2 = t2.ok() ? store.AwaitDurable(*t2) : t2.status();
     EXPECT_EQ(s1.err(), EROFS) << s1.ToString();
     EXPECT_EQ(s2.err(), EROFS) << s2.ToString();
     EXPECT_NE(s1.message().find("journal write failed"), std::string::npos) << s1.ToString();
@@ -203,8 +206,10 @@ void FailedJournalWriteUndoesAndGoesReadOnly(bool tear) {
     EXPECT_EQ(store.Stats().files, 1u);
     {
       std::lock_guard lock(listener.mu);
-      EXPECT_EQ(listener.last,
-                (std::map<ObjectId, std::string>{{a, "a"}, {b, "<none>"}, {c, "c"}}));
+      // The rename and remove were undone too, unless the store refused them outright.
+      std::map<ObjectId, std::string> undone{{b, "<none>"}};
+      if (t2.ok()) undone.insert({{a, "a"}, {c, "c"}});
+      EXPECT_EQ(listener.last, undone);
     }
     // Read-only from now on, with a clear error; reads of durable data still work.
     faults->armed = false;
