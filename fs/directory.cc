@@ -66,6 +66,21 @@ uint64_t Directory::Find(std::string_view name) const {
   return s.pos == 0 ? 0 : entries_[s.pos - 1].ino;
 }
 
+uint64_t Directory::CookieOf(std::string_view name, uint64_t ino) const {
+  if (index_.empty() || ino == 0) return 0;
+  const Slot& s = index_[Probe(name, Hash(name))];
+  if (s.pos == 0) return 0;
+  const Entry& e = entries_[s.pos - 1];
+  return e.ino == ino ? e.cookie : 0;
+}
+
+std::string_view Directory::NameAt(uint64_t cookie) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), cookie,
+                             [](const Entry& e, uint64_t c) { return e.cookie < c; });
+  if (it == entries_.end() || it->cookie != cookie || it->ino == 0) return {};
+  return NameOf(*it);
+}
+
 void Directory::Place(Slot slot) { PlaceSlot(index_, slot, Free<Slot>, HomeOf<Slot>); }
 
 void Directory::Resize(size_t capacity) {

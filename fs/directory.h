@@ -11,7 +11,8 @@
 // tree node for readdir order and a hash node for lookups cost about 160 plus the name's own
 // allocation. An unlinked entry stays in the sequence, marked dead, until dead entries
 // outnumber live ones; then entries and names are compacted (cookies are kept, so offsets
-// handed to the kernel stay valid) and the index rebuilt.
+// handed to the kernel stay valid) and the index rebuilt. The directory is the only holder of
+// its names: an inode refers to its first name by cookie (CookieOf, NameAt).
 //
 // Not thread-safe: the namespace's lock guards it.
 #pragma once
@@ -48,6 +49,13 @@ class Directory {
   bool Link(std::string_view name, uint64_t ino, bool is_dir);
   // Unlinks `name`; false when it is not there.
   bool Unlink(std::string_view name);
+  // The cookie of `name` when it is linked to `ino`, else 0. An inode keeps the cookie of its
+  // first name instead of a copy of the name (namespace_links.cc): the directory is the only
+  // owner of names, which are most of a big namespace's memory.
+  uint64_t CookieOf(std::string_view name, uint64_t ino) const;
+  // The name linked under `cookie`, valid until the directory next changes; empty when that
+  // entry is gone.
+  std::string_view NameAt(uint64_t cookie) const;
 
   bool empty() const { return live_ == 0; }
   size_t size() const { return live_; }

@@ -112,7 +112,7 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       NameLedger names;
       NoteNames(names, in);
       in->journaled = true;
-      batch.puts.push_back(in->rec);
+      batch.puts.push_back(RecordOf(in));
       FinishNames(names, &batch);
       batch.exclusive = true;
       ticket = TakeTicket();
@@ -132,7 +132,7 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       if (in->linked) {
         // The store kept it out of the shared namespace but it is still in the tree here.
         Inode* dir = Find(in->rec.parent);
-        if (dir && dir->dir) RemoveName(in, dir, in->rec.name);
+        if (dir && dir->dir) RemoveName(in, dir, std::string(FirstName(in)));
         in->journaled = false;
       }
       MaybeDrop(in);
@@ -309,7 +309,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
       NoteNames(names, in);
       in->journaled = true;
       in->lazy_dirty = false;
-      batch.puts.push_back(in->rec);
+      batch.puts.push_back(RecordOf(in));
       FinishNames(names, &batch);
       ticket = TakeTicket();
     }

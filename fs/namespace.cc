@@ -122,7 +122,7 @@ Status Namespace::Load() {
     if (id == kRootId || in->linked) continue;
     spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", id,
                  in->rec.name, in->rec.parent);
-    inodes_.Erase(id);
+    EraseInode(inodes_.Find(id));
   }
   spdlog::info("namespace: loaded {} objects ({} orphans skipped)", inodes_.size() - 1, orphans);
   return Status::Ok();
@@ -158,7 +158,7 @@ void Namespace::DetachEntry(Inode* dir, Inode* in, const std::string& name, Time
   in->rec.ctime = now;
   if (in->linked) {
     // Other names remain: the record goes on with them.
-    if (in->journaled) batch->puts.push_back(in->rec);
+    if (in->journaled) batch->puts.push_back(RecordOf(in));
     return;
   }
   if (in->journaled) {
@@ -180,6 +180,20 @@ void Namespace::ReleaseUnreachableData(Inode* in) {
 
 void Namespace::MaybeDrop(Inode* in) {
   if (in->linked || in->nlookup > 0 || in->opens() > 0 || in->rec.id == kRootId) return;
+  EraseInode(in);
+}
+
+void Namespace::EraseInode(Inode* in) {
+  // Entries left in a directory that goes (an orphan's children) take their names with them:
+  // the children keep theirs in their records.
+  if (in->dir && !in->dir->empty()) {
+    in->dir->ForEachAfter(0, [&](const Directory::Item& item) {
+      Inode* child = Find(item.ino);
+      if (child && child->name_cookie == item.cookie && child->rec.parent == in->rec.id)
+        KeepFirstName(child);
+      return true;
+    });
+  }
   inodes_.Erase(in->rec.id);
 }
 
@@ -333,7 +347,7 @@ Result<ObjectRecord> Namespace::Record(uint64_t ino) {
   std::lock_guard lock(mu_);
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
-  return in->rec;
+  return RecordOf(in);
 }
 
 bool Namespace::Journaled(uint64_t ino) {
@@ -438,7 +452,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
         NameLedger names;
         NoteNames(names, in);
         in->journaled = true;
-        batch.puts.push_back(in->rec);
+        batch.puts.push_back(RecordOf(in));
         FinishNames(names, &batch);
         ticket = TakeTicket();
         journal = true;
@@ -471,7 +485,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     if (req.size && session) in->rec.mtime = now;
     if (changed || req.size) in->rec.ctime = now;
     if (changed && in->journaled && in->rec.id != kRootId) {
-      batch.puts.push_back(in->rec);
+      batch.puts.push_back(RecordOf(in));
       in->lazy_dirty = false;
       ticket = TakeTicket();
     }
@@ -499,7 +513,7 @@ Status Namespace::PersistLazy() {
     inodes_.ForEach([&](Inode* in) {
       if (!in->lazy_dirty) return;
       in->lazy_dirty = false;
-      if (in->journaled && in->linked && in->rec.id != kRootId) records.push_back(in->rec);
+      if (in->journaled && in->linked && in->rec.id != kRootId) records.push_back(RecordOf(in));
     });
   }
   if (records.empty()) return Status::Ok();

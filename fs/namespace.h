@@ -73,10 +73,15 @@ struct Inode {
   // rec.id is the inode number; rec.layout is the published version. While `linked`, the tree
   // holds exactly the names the record lists ((parent, name) and extra_links; namespace_links.cc).
   // (Fields ordered to leave little padding: a daemon keeps one Inode per name.)
+  //
+  // The first name (rec.parent, rec.name) lives in the parent directory only: while
+  // `name_cookie` is set, rec.name is empty and the name is the parent's entry with that
+  // cookie (FirstName, RecordOf). A name is most of an inode's memory when held twice.
   ObjectRecord rec;
-  bool journaled = false;   // the store holds a record for it
-  bool linked = true;       // reachable by at least one name
-  bool lazy_dirty = false;  // atime or a directory time changed, persisted at shutdown
+  bool journaled : 1 = false;     // the store holds a record for it
+  bool linked : 1 = true;         // reachable by at least one name
+  bool lazy_dirty : 1 = false;    // atime or a directory time changed, persisted at shutdown
+  uint64_t name_cookie : 61 = 0;  // the first name's readdir cookie in rec.parent; 0: rec.name
   uint64_t nlookup = 0;
   std::unique_ptr<Directory> dir;  // directories only
   std::unique_ptr<OpenState> open;
@@ -100,6 +105,9 @@ struct Inode {
     return *open;
   }
 };
+
+// One per name in a big namespace: keep it in glibc's 224-byte size class.
+static_assert(sizeof(Inode) <= 216);
 
 struct EntryInfo {
   struct stat attr {};
@@ -221,6 +229,8 @@ class Namespace {
   size_t inode_count();
   // Inodes holding an OpenState; walks every inode (tests).
   size_t CountInodesWithOpenState();
+  // Heap bytes of names held by inodes themselves rather than their directories (tests).
+  size_t NameBytesInInodes();
 
  private:
   Inode* Find(uint64_t ino);                                          // mu_ held
@@ -234,13 +244,29 @@ class Namespace {
   void AddName(Inode* in, Inode* dir, const std::string& name);
   // Takes the name out of `dir` and the record; the next name becomes the first one.
   void RemoveName(Inode* in, Inode* dir, const std::string& name);
-  // Renames one of `in`'s names in the record only (its position in the list is kept).
-  static void RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to);
+  // Renames one of `in`'s names in the record (its position in the list is kept); `first`:
+  // it was the first name (IsFirstName, asked before the old entry went). The new name must be
+  // linked already.
+  void RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to, bool first);
+  bool IsFirstName(const Inode* in, const kvfs::Link& name) const;
+  // The first name: the parent directory's entry, or rec.name while the inode has no entry
+  // (unlinked: the last name it had, for logs). Valid until that directory changes.
+  std::string_view FirstName(const Inode* in) const;
+  // Makes (parent, name), already linked to `in`, its first name, held by the directory.
+  void SetFirstName(Inode* in, uint64_t parent, std::string_view name);
+  // Copies the first name back into rec.name before its entry goes (the inode stays unlinked).
+  void KeepFirstName(Inode* in);
+  // The record as the store sees it: in->rec with its first name filled in.
+  ObjectRecord RecordOf(const Inode* in) const;
+  // Takes everything of `rec` but its names, which SetNames has settled.
+  void TakeAllButNames(Inode* in, ObjectRecord rec);
   // Moves one of `in`'s names in the tree and the record.
   void MoveName(Inode* in, Inode* src_dir, const std::string& name, Inode* dst_dir,
                 const std::string& new_name);
   // Every name of `in` (none when unlinked), first name first.
-  static std::vector<kvfs::Link> NamesOf(const Inode* in);
+  std::vector<kvfs::Link> NamesOf(const Inode* in) const;
+  // NamesOf, for an inode the store holds a record of (namespace_names.cc).
+  std::vector<kvfs::Link> StoredNames(const Inode* in) const;
   // Makes the tree show `in` under exactly `names` (a record's list, first name first), for
   // records that arrive from the store or a peer. A name held by another inode is asked of
   // `take(dir, name)`, which frees it or says no; a name it keeps, or whose directory is
@@ -250,7 +276,8 @@ class Namespace {
                 std::vector<std::pair<uint64_t, std::string>>* changed);
   // Takes every name of `in` out of the tree (the record keeps them, for logs).
   void UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::string>>* gone);
-  void MaybeDrop(Inode* in);  // mu_ held: frees an unlinked inode nobody refers to
+  void MaybeDrop(Inode* in);   // mu_ held: frees an unlinked inode nobody refers to
+  void EraseInode(Inode* in);  // mu_ held: frees `in` now
   // mu_ held: drops the layout of a file nobody can read any more (no name, no open handle),
   // so its extents free now rather than when the kernel forgets the inode.
   void ReleaseUnreachableData(Inode* in);

@@ -83,7 +83,7 @@ Result<EntryInfo> Namespace::Mkdir(uint64_t parent, std::string_view name, uint3
     FinishNames(names, &batch);
     batch.exclusive = true;
     ++in->nlookup;
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
@@ -110,7 +110,7 @@ Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
     FinishNames(names, &batch);
     batch.exclusive = true;
     ++in->nlookup;
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
@@ -138,7 +138,7 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
     FinishNames(names, &batch);
     batch.exclusive = true;
     ++in->nlookup;
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
     ticket = TakeTicket();
   }
@@ -227,15 +227,16 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
       if (!target) return Status::NotFound("no target to exchange with");
       if (target->dir && inside(src_dir, target)) return Status::Invalid("move into itself");
       const kvfs::Link a{parent, std::string(name)}, b{new_parent, std::string(new_name)};
+      const bool moved_first = IsFirstName(moved, a), target_first = IsFirstName(target, b);
       UnlinkChild(src_dir, a.name);
       UnlinkChild(dst_dir, b.name);
-      RenameInRecord(moved, a, b);
-      RenameInRecord(target, b, a);
       LinkChild(dst_dir, b.name, moved);
       LinkChild(src_dir, a.name, target);
+      RenameInRecord(moved, a, b, moved_first);
+      RenameInRecord(target, b, a, target_first);
       moved->rec.ctime = target->rec.ctime = now;
-      if (moved->journaled) batch.puts.push_back(moved->rec);
-      if (target->journaled) batch.puts.push_back(target->rec);
+      if (moved->journaled) batch.puts.push_back(RecordOf(moved));
+      if (target->journaled) batch.puts.push_back(RecordOf(target));
     } else {
       if (target) {
         if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, "target exists");
@@ -250,7 +251,7 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
       MoveName(moved, src_dir, std::string(name), dst_dir, std::string(new_name));
       moved->rec.ctime = now;
       if (!target) ForgiveMiss(new_parent, new_name);
-      if (moved->journaled) batch.puts.push_back(moved->rec);
+      if (moved->journaled) batch.puts.push_back(RecordOf(moved));
     }
     FinishNames(names, &batch);
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;

@@ -4,68 +4,137 @@
 // map each of those names to the inode. While an inode is `linked` the two agree exactly, so a
 // record journaled at any moment carries every name it has. Directories have one name (link(2)
 // refuses them), so `..` is always rec.parent.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "namespace.h"
 
 namespace kvfs::fs {
 
+std::string_view Namespace::FirstName(const Inode* in) const {
+  if (in->name_cookie != 0) {
+    const Inode* dir = inodes_.Find(in->rec.parent);
+    if (dir && dir->dir) {
+      const std::string_view name = dir->dir->NameAt(in->name_cookie);
+      if (!name.empty()) return name;
+    }
+    spdlog::error("namespace: inode {} lost its first name's entry {} in {}", in->rec.id,
+                  static_cast<uint64_t>(in->name_cookie), in->rec.parent);
+  }
+  return in->rec.name;
+}
+
+void Namespace::SetFirstName(Inode* in, uint64_t parent, std::string_view name) {
+  in->rec.parent = parent;
+  const Inode* dir = inodes_.Find(parent);
+  const uint64_t cookie = dir && dir->dir ? dir->dir->CookieOf(name, in->rec.id) : 0;
+  in->name_cookie = cookie;
+  if (cookie != 0) {
+    std::string().swap(in->rec.name);  // frees it: clear() would keep the allocation
+  } else {
+    in->rec.name = name;  // not linked there (a failed link): the record keeps it
+  }
+}
+
+void Namespace::KeepFirstName(Inode* in) {
+  if (in->name_cookie == 0) return;
+  in->rec.name = std::string(FirstName(in));
+  in->name_cookie = 0;
+}
+
+ObjectRecord Namespace::RecordOf(const Inode* in) const {
+  ObjectRecord r = in->rec;
+  if (in->name_cookie != 0) r.name = std::string(FirstName(in));
+  return r;
+}
+
+void Namespace::TakeAllButNames(Inode* in, ObjectRecord rec) {
+  rec.parent = in->rec.parent;
+  rec.name = std::move(in->rec.name);
+  rec.extra_links = std::move(in->rec.extra_links);
+  in->rec = std::move(rec);
+  // A string assigned a short (or empty) one keeps its own buffer: free it, the directory has
+  // the name.
+  if (in->name_cookie != 0) std::string().swap(in->rec.name);
+}
+
+size_t Namespace::NameBytesInInodes() {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  inodes_.ForEach([&](Inode* in) {
+    if (in->rec.name.capacity() > std::string().capacity()) n += in->rec.name.capacity();
+  });
+  return n;
+}
+
+bool Namespace::IsFirstName(const Inode* in, const kvfs::Link& name) const {
+  return in->rec.parent == name.parent && FirstName(in) == name.name;
+}
+
 void Namespace::AddName(Inode* in, Inode* dir, const std::string& name) {
   LinkChild(dir, name, in);
   if (!in->linked) {
-    in->rec.parent = dir->rec.id;
-    in->rec.name = name;
     in->rec.extra_links.clear();
     in->linked = true;
+    SetFirstName(in, dir->rec.id, name);
   } else {
     in->rec.extra_links.push_back({dir->rec.id, name});
   }
 }
 
 void Namespace::RemoveName(Inode* in, Inode* dir, const std::string& name) {
-  UnlinkChild(dir, name);
-  if (!in->linked) return;
-  ObjectRecord& r = in->rec;
-  if (r.parent == dir->rec.id && r.name == name) {
-    if (r.extra_links.empty()) {
-      in->linked = false;  // the record keeps its last name, for logs
-      return;
-    }
-    r.parent = r.extra_links.front().parent;
-    r.name = std::move(r.extra_links.front().name);
-    r.extra_links.erase(r.extra_links.begin());
+  if (!in->linked) {
+    UnlinkChild(dir, name);
     return;
   }
-  r.extra_links.erase_value(kvfs::Link{dir->rec.id, name});
+  ObjectRecord& r = in->rec;
+  if (!IsFirstName(in, {dir->rec.id, name})) {
+    UnlinkChild(dir, name);
+    r.extra_links.erase_value(kvfs::Link{dir->rec.id, name});
+    return;
+  }
+  if (r.extra_links.empty()) {
+    KeepFirstName(in);  // the record keeps its last name, for logs
+    UnlinkChild(dir, name);
+    in->linked = false;
+    return;
+  }
+  UnlinkChild(dir, name);
+  kvfs::Link next = std::move(r.extra_links.front());
+  r.extra_links.erase(r.extra_links.begin());
+  SetFirstName(in, next.parent, next.name);
 }
 
-void Namespace::RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to) {
-  ObjectRecord& r = in->rec;
-  if (r.parent == from.parent && r.name == from.name) {
-    r.parent = to.parent;
-    r.name = to.name;
+void Namespace::RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to,
+                               bool first) {
+  if (first) {
+    SetFirstName(in, to.parent, to.name);
     return;
   }
-  std::replace(r.extra_links.begin(), r.extra_links.end(), from, to);
+  std::replace(in->rec.extra_links.begin(), in->rec.extra_links.end(), from, to);
 }
 
 void Namespace::MoveName(Inode* in, Inode* src_dir, const std::string& name, Inode* dst_dir,
                          const std::string& new_name) {
+  const kvfs::Link from{src_dir->rec.id, name};
+  const bool first = IsFirstName(in, from);
   UnlinkChild(src_dir, name);
   LinkChild(dst_dir, new_name, in);
-  RenameInRecord(in, {src_dir->rec.id, name}, {dst_dir->rec.id, new_name});
+  RenameInRecord(in, from, {dst_dir->rec.id, new_name}, first);
 }
 
-std::vector<kvfs::Link> Namespace::NamesOf(const Inode* in) {
+std::vector<kvfs::Link> Namespace::NamesOf(const Inode* in) const {
   std::vector<kvfs::Link> names;
   if (!in->linked) return names;
   names.reserve(1 + in->rec.extra_links.size());
-  names.push_back({in->rec.parent, in->rec.name});
+  names.push_back({in->rec.parent, std::string(FirstName(in))});
   names.insert(names.end(), in->rec.extra_links.begin(), in->rec.extra_links.end());
   return names;
 }
 
 void Namespace::UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::string>>* gone) {
+  KeepFirstName(in);  // the record keeps its names, for logs
   for (const kvfs::Link& l : NamesOf(in)) {
     if (Inode* dir = Find(l.parent); dir && dir->dir) UnlinkChild(dir, l.name);
     if (gone) gone->emplace_back(l.parent, l.name);
@@ -76,6 +145,7 @@ void Namespace::UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::s
 void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
                          const std::function<bool(Inode*, const std::string&)>& take,
                          std::vector<std::pair<uint64_t, std::string>>* changed) {
+  KeepFirstName(in);  // its entry may go below; the record keeps the name if nothing links
   const std::vector<kvfs::Link> before = NamesOf(in);
   auto listed = [](const std::vector<kvfs::Link>& v, const kvfs::Link& l) {
     return std::find(v.begin(), v.end(), l) != v.end();
@@ -99,9 +169,8 @@ void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
     }
     // A name kept from before stays where it is in its directory (readdir cookies).
     if (!in->linked) {
-      in->rec.parent = l.parent;
-      in->rec.name = l.name;
       in->linked = true;
+      SetFirstName(in, l.parent, l.name);
     } else {
       in->rec.extra_links.push_back(l);
     }
@@ -138,7 +207,7 @@ Result<EntryInfo> Namespace::LinkOnce(uint64_t ino, uint64_t new_parent,
     entry = MakeEntry(in);
     // A file not published yet carries its names to the store when it is.
     if (!in->journaled) return entry;
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     FinishNames(names, &batch);
     batch.exclusive = true;
     ticket = TakeTicket();

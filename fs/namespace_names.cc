@@ -14,13 +14,6 @@
 namespace kvfs::fs {
 namespace {
 
-std::vector<kvfs::Link> StoredNames(const Inode* in) {
-  if (!in || !in->journaled || !in->linked) return {};
-  std::vector<kvfs::Link> names{{in->rec.parent, in->rec.name}};
-  names.insert(names.end(), in->rec.extra_links.begin(), in->rec.extra_links.end());
-  return names;
-}
-
 bool Contains(const std::vector<kvfs::Link>& names, const kvfs::Link& l) {
   return std::any_of(names.begin(), names.end(),
                      [&](const kvfs::Link& n) { return n.parent == l.parent && n.name == l.name; });
@@ -33,6 +26,11 @@ void Namespace::NoteNames(NameLedger& ledger, const Inode* in) const {
   for (const auto& [id, names] : ledger)
     if (id == in->rec.id) return;  // the first note is the state before the change
   ledger.emplace_back(in->rec.id, StoredNames(in));
+}
+
+std::vector<kvfs::Link> Namespace::StoredNames(const Inode* in) const {
+  if (!in || !in->journaled || !in->linked) return {};
+  return NamesOf(in);
 }
 
 void Namespace::FinishNames(const NameLedger& ledger, MetaBatch* batch) {

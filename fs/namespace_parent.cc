@@ -39,7 +39,7 @@ Status Namespace::SetPrefixParent(uint64_t ino, std::string_view value) {
     in->rec.prefix_parent = parent;
     // Not published yet: the link goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     ticket = TakeTicket();
   }
   return ApplyInOrder(ticket, batch);
@@ -52,12 +52,12 @@ Result<std::string> Namespace::PrefixParent(uint64_t ino) {
   Inode* parent = in->rec.prefix_parent != kInvalidId ? Find(in->rec.prefix_parent) : nullptr;
   // No link, or the parent was unlinked or evicted since: nothing to name.
   if (!parent || !parent->linked) return Status::Error(ENODATA, "no parent link");
-  if (parent->rec.parent == in->rec.parent) return parent->rec.name;
+  if (parent->rec.parent == in->rec.parent) return std::string(FirstName(parent));
   // Elsewhere: its path from the mount root.
-  std::string path = parent->rec.name;
+  std::string path(FirstName(parent));
   for (Inode* d = Find(parent->rec.parent); d && d->rec.id != kRootId; d = Find(d->rec.parent)) {
     if (!d->linked) return Status::Error(ENODATA, "the parent's directory is gone");
-    path = d->rec.name + "/" + path;
+    path = std::string(FirstName(d)) + "/" + path;
   }
   return "/" + path;
 }

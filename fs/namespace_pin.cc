@@ -19,7 +19,7 @@ Status Namespace::SetPinned(uint64_t ino, bool pinned) {
     in->rec.flags = flags;
     // Not published yet: the flag goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();
-    batch.puts.push_back(in->rec);
+    batch.puts.push_back(RecordOf(in));
     ticket = TakeTicket();
   }
   return ApplyInOrder(ticket, batch);

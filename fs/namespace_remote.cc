@@ -103,12 +103,8 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   SetNames(in, names, claim, &stale.entries);
   if (in->linked && in->rec.nlink() != nlink_before) attrs = true;  // a link came or went
   // Everything but the names, which SetNames settled (a name lost to a conflict is left out).
-  ObjectRecord next = rec;
-  next.parent = in->rec.parent;
-  next.name = in->rec.name;
-  next.extra_links = in->rec.extra_links;
   // A local writer's open session stays as it is; its close publishes over this version.
-  in->rec = std::move(next);
+  TakeAllButNames(in, rec);
   if (new_version) in->version = ++next_view_;
   in->journaled = in->linked;
   if (!in->linked) {

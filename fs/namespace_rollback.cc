@@ -53,11 +53,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
         return true;
       };
       SetNames(in, names, move_aside, &stale_names);
-      ObjectRecord next = *record;
-      next.parent = in->rec.parent;
-      next.name = in->rec.name;
-      next.extra_links = in->rec.extra_links;
-      in->rec = std::move(next);
+      TakeAllButNames(in, *record);
       if (data_changed) in->version = ++next_view_;
       in->journaled = true;
       MaybeDrop(in);

@@ -155,6 +155,37 @@ TEST(DirectoryTest, ReaddirOffsetsSurviveCompaction) {
   for (const auto& e : rest) EXPECT_GE(std::stoi(e.name.substr(1)), 500);
 }
 
+TEST(DirectoryTest, CookiesFindTheirNamesThroughCompactions) {
+  // The namespace keeps each inode's first name as its cookie here, so a cookie must name the
+  // same entry for as long as it is linked, whatever else comes and goes.
+  Directory d;
+  std::map<uint64_t, std::pair<std::string, uint64_t>> live;  // cookie -> (name, ino)
+  for (int i = 0; i < 2000; ++i) {
+    const std::string name = "chunk-" + std::to_string(i) + std::string(40, 'x');
+    ASSERT_TRUE(d.Link(name, i + 1, false));
+    const uint64_t cookie = d.CookieOf(name, i + 1);
+    ASSERT_NE(cookie, 0u);
+    EXPECT_EQ(d.CookieOf(name, i + 2), 0u);  // another inode's name is not this one's
+    live[cookie] = {name, i + 1};
+  }
+  std::mt19937 rng(7);
+  for (int round = 0; round < 1500; ++round) {
+    auto it = live.begin();
+    std::advance(it, rng() % live.size());
+    const uint64_t gone = it->first;
+    ASSERT_TRUE(d.Unlink(it->second.first));
+    live.erase(it);
+    EXPECT_TRUE(d.NameAt(gone).empty());
+  }
+  for (const auto& [cookie, entry] : live) {
+    EXPECT_EQ(d.NameAt(cookie), entry.first);
+    EXPECT_EQ(d.CookieOf(entry.first, entry.second), cookie);
+  }
+  EXPECT_TRUE(d.NameAt(0).empty());
+  EXPECT_TRUE(d.NameAt(1u << 30).empty());
+  EXPECT_EQ(d.CookieOf("nothing", 1), 0u);
+}
+
 TEST(DirectoryTest, ListingStopsWhenAskedTo) {
   Directory d;
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(d.Link("n" + std::to_string(i), i + 1, false));

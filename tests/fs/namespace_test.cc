@@ -316,6 +316,55 @@ TEST_F(NamespaceTest, ControlNameIsReservedInRoot) {
   EXPECT_TRUE(ns_.Mkdir(d->attr.st_ino, ".kvfs", 0755, 0, 0).ok());
 }
 
+TEST_F(NamespaceTest, RecordsCarryTheirNamesThroughRenamesLinksAndCompactions) {
+  // An inode's first name is held by its directory only (Inode::name_cookie): every record
+  // handed to the store must still carry it, after the directory compacted around it, after
+  // renames and exchanges, and after a hard link took over as the first name.
+  auto dir = ns_.Mkdir(kRootId, "d", 0755, 0, 0);
+  ASSERT_TRUE(dir.ok());
+  const uint64_t d = dir->attr.st_ino;
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 300; ++i) inos.push_back(CreateFile(d, "f" + std::to_string(i), "x"));
+  for (int i = 0; i < 300; ++i) {
+    if (i % 10 == 0) continue;
+    ASSERT_TRUE(ns_.Unlink(d, "f" + std::to_string(i)).ok());  // compacts on the way
+  }
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  for (int i = 0; i < 300; i += 10) {
+    ASSERT_TRUE(ns_.SetAttr(inos[i], chmod, nullptr).ok());
+    const ObjectRecord* rec = StoredRecord(inos[i]);
+    ASSERT_NE(rec, nullptr);
+    EXPECT_EQ(rec->name, "f" + std::to_string(i));
+    EXPECT_EQ(rec->parent, d);
+    EXPECT_EQ(ns_.Record(inos[i])->name, "f" + std::to_string(i));
+  }
+  ASSERT_TRUE(ns_.Rename(d, "f10", kRootId, "g10", 0).ok());
+  EXPECT_EQ(StoredRecord(inos[10])->name, "g10");
+  EXPECT_EQ(StoredRecord(inos[10])->parent, kRootId);
+  ASSERT_TRUE(ns_.Rename(d, "f20", kRootId, "g10", RENAME_EXCHANGE).ok());
+  EXPECT_EQ(StoredRecord(inos[10])->name, "f20");
+  EXPECT_EQ(StoredRecord(inos[10])->parent, d);
+  EXPECT_EQ(StoredRecord(inos[20])->name, "g10");
+  // A hard link becomes the first name when the first goes; then it is renamed.
+  ASSERT_TRUE(ns_.Link(inos[30], kRootId, "h30").ok());
+  ASSERT_TRUE(ns_.Unlink(d, "f30").ok());
+  ASSERT_TRUE(ns_.Rename(kRootId, "h30", d, "k30", 0).ok());
+  const ObjectRecord* rec = StoredRecord(inos[30]);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->name, "k30");
+  EXPECT_EQ(rec->parent, d);
+  EXPECT_TRUE(rec->extra_links.empty());
+  // What the store holds loads back as the same tree.
+  Namespace again(&store_, nullptr);
+  ASSERT_TRUE(again.Load().ok());
+  EXPECT_EQ(again.Lookup(d, "k30")->attr.st_ino, inos[30]);
+  EXPECT_EQ(again.Lookup(d, "f20")->attr.st_ino, inos[10]);
+  EXPECT_EQ(again.Lookup(kRootId, "g10")->attr.st_ino, inos[20]);
+  EXPECT_EQ(again.Lookup(d, "f290")->attr.st_ino, inos[290]);
+  EXPECT_EQ(again.Record(inos[290])->name, "f290");
+}
+
 TEST_F(NamespaceTest, HardLinksAreJournaledWithTheRecordAndReloaded) {
   const uint64_t ino = CreateFile(kRootId, "a", "data");
   auto dir = ns_.Mkdir(kRootId, "d", 0755, 0, 0);
@@ -478,6 +527,36 @@ TEST(NamespaceRemoteTest, NotifiesOnlyWhatTheKernelKnows) {
   ns.ApplyRemoteChanges({RemoteRecord(kH, kDir, "h", ObjectType::kFile, 15)}, {kF});
   EXPECT_TRUE(sink.entries.empty());
   EXPECT_TRUE(sink.inodes.empty());
+}
+
+// A name lives once, in its directory: an inode fed by remote records, reloads and rollbacks
+// keeps no copy of its own (at a million names that copy was ~80 bytes each).
+TEST(NamespaceRemoteTest, InodesKeepNoCopyOfTheirNames) {
+  MemoryStore store;
+  Namespace ns(&store, nullptr);
+  ASSERT_TRUE(ns.Load().ok());
+  const std::string tail(60, 'n');
+  std::vector<ObjectRecord> puts;
+  for (uint64_t i = 1; i <= 100; ++i)
+    puts.push_back(RemoteRecord((5ull << 48) | i, kRootId, std::to_string(i) + tail,
+                                ObjectType::kFile, 10 + i));
+  ns.ApplyRemoteChanges(puts, {});
+  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  for (auto& r : puts) {
+    r.revision += 1000;  // a newer version of each, same name
+    r.mode = 0600;
+  }
+  ns.ApplyRemoteChanges(puts, {});
+  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  ns.RestoreStoreRecord(puts[0].id, &puts[0]);
+  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  ASSERT_EQ(ns.Record(puts[7].id)->name, "8" + tail);
+  // A name that goes with its inode still open keeps it in the record, for logs.
+  auto e = ns.Lookup(kRootId, "9" + tail);
+  ASSERT_TRUE(e.ok());
+  ns.ApplyRemoteChanges({}, {puts[8].id});
+  EXPECT_EQ(ns.NameBytesInInodes(), std::string("9" + tail).capacity());
+  EXPECT_EQ(ns.Record(puts[8].id)->name, "9" + tail);
 }
 
 // A rolled-back batch makes the store report its objects' records; one read before the watch
