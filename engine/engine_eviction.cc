@@ -50,12 +50,12 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
   if (it == entries_.end() || it->second.layout.lock() != rec.layout) {
     // A new version (not a rename or a flag update, which carry the same layout).
     eviction::TrackHints hints;
-    hints.parent = rec.prefix_parent;
+    hints.parent = rec.prefix_parent();
     hints.context = Context(NowMs());
     Entry& e = entries_[rec.id];
     e.layout = rec.layout;
     e.bytes = AllocatedBytes(*rec.layout);
-    e.parent = rec.prefix_parent;
+    e.parent = rec.prefix_parent();
     // Pin before Track so a pinned file never appears in the eviction order.
     if (pin != e.pinned) policy_->SetPinned(rec.id, pin);
     e.pinned = pin;
@@ -67,9 +67,9 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
     it->second.pinned = pin;
   }
   // user.kvfs.parent set after the publish: same layout, new link.
-  if (it->second.parent != rec.prefix_parent) {
-    policy_->SetParent(rec.id, rec.prefix_parent);
-    it->second.parent = rec.prefix_parent;
+  if (it->second.parent != rec.prefix_parent()) {
+    policy_->SetParent(rec.id, rec.prefix_parent());
+    it->second.parent = rec.prefix_parent();
   }
 }
 
@@ -203,9 +203,9 @@ void EngineEviction::Recover(FileSystem& fs, const std::string& data_dir,
       Entry& e = entries_[rec->id];
       e.layout = rec->layout;
       e.bytes = AllocatedBytes(*rec->layout);
-      e.parent = rec->prefix_parent;
+      e.parent = rec->prefix_parent();
       // The blob may be older than the journaled link and flag; the record wins.
-      if (rec->prefix_parent != kInvalidId) policy_->SetParent(rec->id, rec->prefix_parent);
+      if (rec->prefix_parent() != kInvalidId) policy_->SetParent(rec->id, rec->prefix_parent());
       policy_->SetPinned(rec->id, pin);
       e.pinned = pin;
     } else {

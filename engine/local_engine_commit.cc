@@ -26,7 +26,7 @@ Status LocalEngineImpl::Validate(const MetaBatch& batch) const {
     }
     const auto type = static_cast<uint8_t>(rec.type);
     if (type < 1 || type > kMaxObjectType) return Status::Invalid("unknown object type");
-    if (rec.name.size() > 4096 || rec.symlink_target.size() > 4096) {
+    if (rec.name.size() > 4096 || rec.symlink_target().size() > 4096) {
       return Status::Invalid("name or symlink target too long");
     }
     if (rec.extra_links.size() >= kMaxLinks) return Status::Invalid("too many links");

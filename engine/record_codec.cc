@@ -10,7 +10,7 @@ constexpr uint32_t kMaxSegments = 1u << 24;
 // read the records of plain files.
 constexpr uint8_t kHasExtensions = 0x80;
 
-bool HasExtensions(const ObjectRecord& rec) { return rec.rdev != 0 || !rec.extra_links.empty(); }
+bool HasExtensions(const ObjectRecord& rec) { return rec.rdev() != 0 || !rec.extra_links.empty(); }
 
 void EncodeTime(const Timespec64& t, ByteWriter& w) {
   w.I64(t.sec);
@@ -38,8 +38,8 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
   EncodeTime(rec.mtime, w);
   EncodeTime(rec.ctime, w);
   w.U32(rec.flags);
-  w.Str(rec.symlink_target.str());
-  w.U64(rec.prefix_parent);
+  w.Str(rec.symlink_target());
+  w.U64(rec.prefix_parent());
   // 1: dense (segment i has index i), 2: sparse (each segment says its index).
   bool dense = true;
   if (rec.layout) {
@@ -61,7 +61,7 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
     }
   }
   if (!extended) return;
-  w.U64(rec.rdev);
+  w.U64(rec.rdev());
   w.U32(static_cast<uint32_t>(rec.extra_links.size()));
   for (const Link& l : rec.extra_links) {
     w.U64(l.parent);
@@ -85,8 +85,8 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
   rec.mtime = DecodeTime(r);
   rec.ctime = DecodeTime(r);
   rec.flags = r.U32();
-  rec.symlink_target = r.Str(kMaxName);
-  rec.prefix_parent = r.U64();
+  rec.set_symlink_target(r.Str(kMaxName));
+  rec.set_prefix_parent(r.U64());
   const uint8_t has_layout = r.U8();
   if (has_layout == 1 || has_layout == 2) {
     const bool sparse = has_layout == 2;
@@ -115,7 +115,7 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
     return false;
   }
   if (type_byte & kHasExtensions) {
-    rec.rdev = r.U64();
+    rec.set_rdev(r.U64());
     const uint32_t links = r.U32();
     // Each link takes at least 12 bytes (parent and the name's length).
     if (links >= kMaxLinks || links > r.remaining() / 12) return false;

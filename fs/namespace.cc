@@ -209,7 +209,7 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   st.st_ino = r.id;
   st.st_mode = TypeBits(r.type) | (r.mode & 07777);
   st.st_nlink = in->dir ? 2 + in->dir->subdirs() : (in->linked ? r.nlink() : 0);
-  st.st_rdev = static_cast<dev_t>(r.rdev);
+  st.st_rdev = static_cast<dev_t>(r.rdev());
   st.st_uid = r.uid;
   st.st_gid = r.gid;
   uint64_t size = in->writing() ? in->writing()->size.load() : r.size();
@@ -381,7 +381,7 @@ Result<std::string> Namespace::Readlink(uint64_t ino) {
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
   if (in->rec.type != ObjectType::kSymlink) return Status::Invalid("not a symlink");
-  return in->rec.symlink_target.str();
+  return in->rec.symlink_target();
 }
 
 Status Namespace::Readdir(

@@ -103,7 +103,7 @@ Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
   {
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, ObjectType::kSymlink, 0777, uid, gid));
-    in->rec.symlink_target = std::string(target);
+    in->rec.set_symlink_target(std::string(target));
     NameLedger names;
     NoteNames(names, in);
     in->journaled = true;
@@ -131,7 +131,7 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
   {
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, *type, mode, uid, gid));
-    if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice) in->rec.rdev = rdev;
+    if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice) in->rec.set_rdev(rdev);
     NameLedger names;
     NoteNames(names, in);
     in->journaled = true;

@@ -35,8 +35,8 @@ Status Namespace::SetPrefixParent(uint64_t ino, std::string_view value) {
       if (at->rec.id == ino) return Status::Invalid("a chunk cannot be its own parent");
       parent = at->rec.id;
     }
-    if (parent == in->rec.prefix_parent) return Status::Ok();
-    in->rec.prefix_parent = parent;
+    if (parent == in->rec.prefix_parent()) return Status::Ok();
+    in->rec.set_prefix_parent(parent);
     // Not published yet: the link goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();
     batch.puts.push_back(RecordOf(in));
@@ -49,7 +49,8 @@ Result<std::string> Namespace::PrefixParent(uint64_t ino) {
   std::lock_guard lock(mu_);
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
-  Inode* parent = in->rec.prefix_parent != kInvalidId ? Find(in->rec.prefix_parent) : nullptr;
+  const ObjectId link = in->rec.prefix_parent();
+  Inode* parent = link != kInvalidId ? Find(link) : nullptr;
   // No link, or the parent was unlinked or evicted since: nothing to name.
   if (!parent || !parent->linked) return Status::Error(ENODATA, "no parent link");
   if (parent->rec.parent == in->rec.parent) return std::string(FirstName(parent));

@@ -38,9 +38,9 @@ bool SameTime(const Timespec64& a, const Timespec64& b) {
 
 bool SameAttrs(const ObjectRecord& a, const ObjectRecord& b) {
   return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.flags == b.flags &&
-         a.rdev == b.rdev && a.type == b.type && SameTime(a.atime, b.atime) &&
+         a.rdev() == b.rdev() && a.type == b.type && SameTime(a.atime, b.atime) &&
          SameTime(a.mtime, b.mtime) && SameTime(a.ctime, b.ctime) &&
-         a.symlink_target == b.symlink_target && a.size() == b.size();
+         a.symlink_target() == b.symlink_target() && a.size() == b.size();
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ std::string EncodeRecordValue(const ObjectRecord& rec, uint16_t origin) {
   Time(w, rec.atime);
   Time(w, rec.mtime);
   Time(w, rec.ctime);
-  w.U64(rec.prefix_parent);
-  w.U64(rec.rdev);
+  w.U64(rec.prefix_parent());
+  w.U64(rec.rdev());
   w.U16(static_cast<uint16_t>(1 + rec.extra_links.size()));
   auto link = [&](uint64_t parent, const std::string& name) {
     w.U64(parent);
@@ -56,8 +56,9 @@ std::string EncodeRecordValue(const ObjectRecord& rec, uint16_t origin) {
   };
   link(rec.parent, rec.name);
   for (const Link& l : rec.extra_links) link(l.parent, l.name);
-  w.U16(static_cast<uint16_t>(rec.symlink_target.size()));
-  w.Bytes(rec.symlink_target.data(), rec.symlink_target.size());
+  const std::string& target = rec.symlink_target();
+  w.U16(static_cast<uint16_t>(target.size()));
+  w.Bytes(target.data(), target.size());
   const ClusterLayout* cl = AsClusterLayout(rec.layout);
   w.U64(rec.layout ? rec.layout->size : 0);
   w.U64(cl ? cl->chunk : 0);
@@ -91,8 +92,8 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   rec.atime = Time(r);
   rec.mtime = Time(r);
   rec.ctime = Time(r);
-  rec.prefix_parent = r.U64();
-  rec.rdev = r.U64();
+  rec.set_prefix_parent(r.U64());
+  rec.set_rdev(r.U64());
   const uint16_t links = r.U16();
   if (!r.ok() || links == 0 || links > kMaxLinks) return bad("link count");
   if (rec.type == ObjectType::kDirectory && links != 1) return bad("a directory with links");
@@ -113,8 +114,11 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   }
   const uint16_t target = r.U16();
   if (!r.ok() || target > kMaxSymlink || target > r.remaining()) return bad("symlink target");
-  rec.symlink_target.resize(target);
-  r.Bytes(rec.symlink_target.data(), target);
+  if (target > 0) {  // nothing to allocate for the usual record
+    std::string t(target, '\0');
+    r.Bytes(t.data(), target);
+    rec.set_symlink_target(std::move(t));
+  }
   const uint64_t size = r.U64();
   const uint64_t chunk = r.U64();
   const uint64_t checksum = format == kFormat ? r.U64() : 0;

@@ -102,10 +102,11 @@ struct ObjectRecord {
   uint32_t uid = 0;
   uint32_t gid = 0;
   Timespec64 atime, mtime, ctime;
-  RareString symlink_target;            // kSymlink only
-  ObjectId prefix_parent = kInvalidId;  // optional chain link given by the writer (eviction hint)
-  LayoutRef layout;                     // kFile only; null means empty file
-  uint64_t rdev = 0;                    // kCharDevice and kBlockDevice: the device number
+  // A symlink's target, a device's number (kCharDevice, kBlockDevice) and the optional chain
+  // link a writer gives a file (an eviction hint): few records have any, so all three sit
+  // behind one pointer. Read and set them through the accessors below.
+  RareFields rare;
+  LayoutRef layout;  // kFile only; null means empty file
   // Hard links: names beyond (parent, name), which is always the first one. Never directories.
   RareVector<Link> extra_links;
   // The store's version of this record (the cluster: the etcd revision that wrote it), 0 for a
@@ -114,9 +115,15 @@ struct ObjectRecord {
   uint64_t revision = 0;
 
   uint32_t nlink() const { return 1 + static_cast<uint32_t>(extra_links.size()); }
+  const std::string& symlink_target() const { return rare.symlink_target(); }
+  uint64_t rdev() const { return rare.rdev(); }
+  ObjectId prefix_parent() const { return rare.prefix_parent(); }
+  void set_symlink_target(std::string t) { rare.set_symlink_target(std::move(t)); }
+  void set_rdev(uint64_t v) { rare.set_rdev(v); }
+  void set_prefix_parent(ObjectId v) { rare.set_prefix_parent(v); }
 
   uint64_t size() const {
-    if (type == ObjectType::kSymlink) return symlink_target.size();
+    if (type == ObjectType::kSymlink) return symlink_target().size();
     return layout ? layout->size : 0;
   }
 };

@@ -1,7 +1,7 @@
-// Fields most records leave empty (a symlink's target, a file's hard links beyond its first
-// name), kept behind one pointer so that an empty one costs 8 bytes instead of a std::string's
-// 32 or a std::vector's 24: a daemon keeps one record per name, millions of them. Both are
-// values (copies are deep) with the part of std::string / std::vector that records use.
+// Fields most records leave empty (a symlink's target, a device number, a prefix link, a file's
+// hard links beyond its first name), kept behind a pointer so that an empty one costs 8 bytes
+// or nothing instead of a std::string's 32 or a std::vector's 24: a daemon keeps one record per
+// name, millions of them. Both are values (copies are deep).
 #pragma once
 
 #include <cstddef>
@@ -13,61 +13,60 @@
 
 namespace kvfs {
 
-class RareString {
+// The fields of a record that few records have, behind one pointer: a symlink's target, a
+// device's number and the writer's prefix link. A record with none of them allocates nothing;
+// setting the last one back to empty frees the box. Copies are deep.
+class RareFields {
  public:
-  RareString() = default;
-  RareString(std::string s) { Assign(std::move(s)); }        // NOLINT: implicit, like std::string
-  RareString(const char* s) : RareString(std::string(s)) {}  // NOLINT
-  RareString(const RareString& o) { *this = o; }
-  RareString(RareString&&) noexcept = default;
-  RareString& operator=(const RareString& o) {
-    if (this != &o) s_ = o.s_ ? std::make_unique<std::string>(*o.s_) : nullptr;
+  RareFields() = default;
+  RareFields(const RareFields& o) { *this = o; }
+  RareFields(RareFields&&) noexcept = default;
+  RareFields& operator=(const RareFields& o) {
+    if (this != &o) f_ = o.f_ ? std::make_unique<Fields>(*o.f_) : nullptr;
     return *this;
   }
-  RareString& operator=(RareString&&) noexcept = default;
-  RareString& operator=(std::string s) {
-    Assign(std::move(s));
-    return *this;
+  RareFields& operator=(RareFields&&) noexcept = default;
+
+  const std::string& symlink_target() const { return f_ ? f_->symlink_target : Empty(); }
+  uint64_t rdev() const { return f_ ? f_->rdev : 0; }
+  uint64_t prefix_parent() const { return f_ ? f_->prefix_parent : 0; }
+  void set_symlink_target(std::string t) {
+    if (!t.empty() || f_) Mutable().symlink_target = std::move(t);
+    Tidy();
+  }
+  void set_rdev(uint64_t v) {
+    if (v != 0 || f_) Mutable().rdev = v;
+    Tidy();
+  }
+  void set_prefix_parent(uint64_t v) {
+    if (v != 0 || f_) Mutable().prefix_parent = v;
+    Tidy();
   }
 
-  const std::string& str() const { return s_ ? *s_ : Empty(); }
-  operator const std::string&() const { return str(); }  // NOLINT: reads like a std::string
-  size_t size() const { return s_ ? s_->size() : 0; }
-  bool empty() const { return size() == 0; }
-  const char* data() const { return str().data(); }
-  // Empty: a buffer of nothing, not an allocation (a decoder may copy 0 bytes into it).
-  char* data() {
-    static char nothing[1];
-    return s_ ? s_->data() : nothing;
+  bool allocated() const { return f_ != nullptr; }  // never when all are empty
+  bool operator==(const RareFields& o) const {
+    return symlink_target() == o.symlink_target() && rdev() == o.rdev() &&
+           prefix_parent() == o.prefix_parent();
   }
-  void resize(size_t n) {
-    if (n == 0) {
-      s_.reset();
-    } else {
-      Mutable().resize(n);
-    }
-  }
-  bool allocated() const { return s_ != nullptr; }  // an empty one never is
-  bool operator==(const RareString& o) const { return str() == o.str(); }
-  bool operator==(std::string_view o) const { return str() == o; }
 
  private:
-  void Assign(std::string s) {
-    if (s.empty()) {
-      s_.reset();
-    } else {
-      s_ = std::make_unique<std::string>(std::move(s));
-    }
+  struct Fields {
+    std::string symlink_target;
+    uint64_t rdev = 0;
+    uint64_t prefix_parent = 0;
+  };
+  Fields& Mutable() {
+    if (!f_) f_ = std::make_unique<Fields>();
+    return *f_;
   }
-  std::string& Mutable() {
-    if (!s_) s_ = std::make_unique<std::string>();
-    return *s_;
+  void Tidy() {
+    if (f_ && f_->symlink_target.empty() && f_->rdev == 0 && f_->prefix_parent == 0) f_.reset();
   }
   static const std::string& Empty() {
     static const std::string empty;
     return empty;
   }
-  std::unique_ptr<std::string> s_;
+  std::unique_ptr<Fields> f_;
 };
 
 template <class T>

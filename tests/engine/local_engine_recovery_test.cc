@@ -40,7 +40,7 @@ TEST(LocalEngineTest, ReopenKeepsEverything) {
     ObjectRecord r2 = FileRecord(f2, "two", WriteChunk(*e, data2));
     r2.parent = d;
     r2.flags = kFlagPinned;
-    r2.prefix_parent = f1;
+    r2.set_prefix_parent(f1);
     b.puts.push_back(r2);
     ASSERT_TRUE(e->Apply(b).ok());
     for (int i = 0; i < 5; ++i) (void)e->NewId();

@@ -1,6 +1,6 @@
-// RareString and RareVector: value semantics, and an empty one holds no allocation whatever
-// was done to it (a record decoder copying a 0-byte symlink target into data() allocated one
-// per record: 48 bytes of every name a cluster node keeps).
+// RareFields and RareVector: value semantics, and an empty one holds no allocation whatever
+// was done to it (a record decoder copying a 0-byte symlink target into a rare string allocated
+// one per record: 48 bytes of every name a cluster node keeps).
 #include "kvfs/rare_fields.h"
 
 #include <gtest/gtest.h>
@@ -10,24 +10,34 @@
 namespace kvfs {
 namespace {
 
-TEST(RareFieldsTest, StringIsAValueAndEmptyMeansNoAllocation) {
-  RareString s;
-  EXPECT_TRUE(s.empty());
-  s.resize(0);
-  (void)s.data();  // a decoder reading 0 bytes into it
-  EXPECT_FALSE(s.allocated());
-  s = std::string("target");
-  RareString copy = s;
-  s.data()[0] = 'T';
-  EXPECT_EQ(s.str(), "Target");
-  EXPECT_EQ(copy.str(), "target");
-  EXPECT_FALSE(copy == s);
-  s = std::string();
-  EXPECT_FALSE(s.allocated());
-  s.resize(3);
-  EXPECT_EQ(s.size(), 3u);
-  s.resize(0);
-  EXPECT_FALSE(s.allocated());
+TEST(RareFieldsTest, FieldsAreAValueAndEmptyMeansNoAllocation) {
+  RareFields f;
+  EXPECT_FALSE(f.allocated());
+  f.set_symlink_target("");  // a decoder setting what it read: nothing
+  f.set_rdev(0);
+  f.set_prefix_parent(0);
+  EXPECT_FALSE(f.allocated());
+  f.set_symlink_target("target");
+  f.set_rdev(0x801);
+  RareFields copy = f;
+  f.set_symlink_target("Target");
+  EXPECT_EQ(f.symlink_target(), "Target");
+  EXPECT_EQ(copy.symlink_target(), "target");
+  EXPECT_EQ(copy.rdev(), 0x801u);
+  EXPECT_FALSE(copy == f);
+  // The box goes when its last field is empty again, whichever that is.
+  f.set_symlink_target("");
+  EXPECT_TRUE(f.allocated());
+  f.set_prefix_parent(7);
+  f.set_rdev(0);
+  EXPECT_EQ(f.prefix_parent(), 7u);
+  f.set_prefix_parent(0);
+  EXPECT_FALSE(f.allocated());
+  EXPECT_EQ(f, RareFields());
+  ObjectRecord rec;
+  rec.type = ObjectType::kSymlink;
+  rec.set_symlink_target("abc");
+  EXPECT_EQ(rec.size(), 3u);
 }
 
 TEST(RareFieldsTest, VectorIsAValueAndEmptyMeansNoAllocation) {
@@ -49,7 +59,7 @@ TEST(RareFieldsTest, VectorIsAValueAndEmptyMeansNoAllocation) {
   copy.assign(src.begin(), src.end());
   EXPECT_EQ(copy.to_vector(), src);
   ObjectRecord rec;
-  EXPECT_FALSE(rec.symlink_target.allocated());
+  EXPECT_FALSE(rec.rare.allocated());
   EXPECT_FALSE(rec.extra_links.allocated());
   EXPECT_EQ(rec.nlink(), 1u);
 }

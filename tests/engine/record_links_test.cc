@@ -24,7 +24,7 @@ ObjectRecord Special(ObjectId id, ObjectType type, uint64_t rdev) {
   r.name = "node" + std::to_string(id);
   r.type = type;
   r.mode = 0640;
-  r.rdev = rdev;
+  r.set_rdev(rdev);
   return r;
 }
 
@@ -49,7 +49,7 @@ TEST(RecordLinksTest, ExtensionsRoundTrip) {
   ObjectRecord back;
   ASSERT_TRUE(Decode(Encode(rec), &back));
   EXPECT_EQ(back.type, ObjectType::kCharDevice);
-  EXPECT_EQ(back.rdev, rec.rdev);
+  EXPECT_EQ(back.rdev(), rec.rdev());
   EXPECT_EQ(back.extra_links, rec.extra_links);
   EXPECT_EQ(back.nlink(), 3u);
   EXPECT_EQ(back.name, rec.name);
@@ -122,7 +122,7 @@ TEST(RecordLinksTest, EngineValidatesAndKeepsLinksAcrossRestart) {
   ASSERT_EQ(by_id.size(), 3u);
   EXPECT_EQ(by_id[20].type, ObjectType::kFifo);
   EXPECT_EQ(by_id[21].type, ObjectType::kBlockDevice);
-  EXPECT_EQ(by_id[21].rdev, 0x801u);
+  EXPECT_EQ(by_id[21].rdev(), 0x801u);
   EXPECT_EQ(by_id[22].nlink(), 3u);
   EXPECT_EQ(by_id[22].extra_links[1].name, "file3");
 }

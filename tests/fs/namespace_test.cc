@@ -420,7 +420,7 @@ TEST_F(NamespaceTest, SpecialFilesAreMetadataOnly) {
   const ObjectRecord* rec = StoredRecord(chr->attr.st_ino);
   ASSERT_NE(rec, nullptr);
   EXPECT_EQ(rec->type, ObjectType::kCharDevice);
-  EXPECT_EQ(rec->rdev, 0x0103u);
+  EXPECT_EQ(rec->rdev(), 0x0103u);
   EXPECT_EQ(ns_.Mknod(kRootId, "x", S_IFDIR | 0755, 0, 0, 0).status().err(), EINVAL);
   EXPECT_EQ(ns_.Open(fifo->attr.st_ino, O_RDONLY).status().err(), ELOOP);  // the kernel's
   std::set<std::pair<std::string, uint32_t>> seen;
