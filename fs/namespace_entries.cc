@@ -131,7 +131,8 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
   {
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * in, NewChild(parent, name, *type, mode, uid, gid));
-    if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice) in->rec.set_rdev(rdev);
+    if (*type == ObjectType::kCharDevice || *type == ObjectType::kBlockDevice)
+      in->rec.set_rdev(rdev);
     NameLedger names;
     NoteNames(names, in);
     in->journaled = true;
