@@ -559,6 +559,33 @@ TEST(NamespaceRemoteTest, InodesKeepNoCopyOfTheirNames) {
   EXPECT_EQ(ns.Record(puts[8].id)->name, "9" + tail);
 }
 
+// A peer removes a directory that holds a file this node is still writing (its name is not in
+// the shared namespace yet, so the removal was allowed): the directory goes from memory, and
+// the file must still publish under its own name rather than one that went with the directory.
+TEST(NamespaceRemoteTest, AFileOutlivingItsDirectoryKeepsItsName) {
+  MemoryStore store;
+  Namespace ns(&store, nullptr);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kDir = (6ull << 48) | 1;
+  ns.ApplyRemoteChanges({RemoteRecord(kDir, kRootId, "d", ObjectType::kDirectory, 10)}, {});
+  auto created = ns.Create(kDir, "local-file", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto [entry, fh] = *created;
+  ns.ApplyRemoteChanges({}, {kDir});
+  EXPECT_FALSE(ns.Lookup(kRootId, "d").ok());
+  ASSERT_TRUE(ns.Write(fh, 0, "x", 1).ok());
+  ASSERT_TRUE(ns.Flush(fh).ok());
+  ASSERT_TRUE(ns.Release(fh).ok());
+  auto rec = ns.Record(entry.attr.st_ino);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->name, "local-file");
+  EXPECT_EQ(rec->parent, kDir);
+  for (const ObjectRecord& r : store.Records()) {
+    if (r.id != entry.attr.st_ino) continue;
+    EXPECT_EQ(r.name, "local-file");
+  }
+}
+
 // A rolled-back batch makes the store report its objects' records; one read before the watch
 // delivered a newer version of the same object must not take the tree back to the older one
 // (a node then showed an O_EXCL winner's empty file forever).
