@@ -145,8 +145,8 @@ void Namespace::UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::s
 void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
                          const std::function<bool(Inode*, const std::string&)>& take,
                          std::vector<std::pair<uint64_t, std::string>>* changed) {
-  KeepFirstName(in);  // its entry may go below; the record keeps the name if nothing links
   const std::vector<kvfs::Link> before = NamesOf(in);
+  in->name_cookie = 0;  // its entry may go below; `before` holds the name
   auto listed = [](const std::vector<kvfs::Link>& v, const kvfs::Link& l) {
     return std::find(v.begin(), v.end(), l) != v.end();
   };
@@ -175,6 +175,8 @@ void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
       in->rec.extra_links.push_back(l);
     }
   }
+  // Nothing linked: the record keeps its last first name, for logs.
+  if (!in->linked && !before.empty()) in->rec.name = before.front().name;
 }
 
 Result<EntryInfo> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
