@@ -42,7 +42,7 @@ struct timespec ToTimespec(const Timespec64& t) {
 
 // Allocated bytes as du should count them: the stored extents (4 KiB granules) when the layout
 // names segments, else the size rounded up (the in-memory store keeps no segments).
-uint64_t AllocatedBytes(const ObjectRecord& rec, uint64_t size_now) {
+uint64_t AllocatedBytes(const NamelessRecord& rec, uint64_t size_now) {
   if (IsSpecial(rec.type)) return 0;  // metadata only
   if (rec.type != ObjectType::kFile) return 4096;
   uint64_t bytes = 0;
@@ -86,43 +86,49 @@ Namespace::~Namespace() = default;
 
 Status Namespace::Load() {
   std::lock_guard lock(mu_);
-  // Streamed: a namespace of millions of records is never held twice.
-  KVFS_RETURN_IF_ERROR(store_->LoadRecords([this](ObjectRecord&& rec) {
+  // Streamed: a namespace of millions of records is never held twice. The first names wait
+  // here until their directories are linked, then live in the directories only.
+  std::vector<std::pair<uint64_t, std::string>> first_names;
+  KVFS_RETURN_IF_ERROR(store_->LoadRecords([&](ObjectRecord&& rec) {
     if (rec.id == kRootId || rec.id == kInvalidId) return;
     auto in = std::make_unique<Inode>();
     in->journaled = true;
     in->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
+    first_names.emplace_back(rec.id, std::move(rec.name));
     in->rec = std::move(rec);
     inodes_.Put(std::move(in));
   }));
-  // Link in id order so readdir lists older entries first, as they were created.
-  std::vector<uint64_t> ids;
-  ids.reserve(inodes_.size());
-  inodes_.ForEach([&](Inode* in) { ids.push_back(in->rec.id); });
-  std::sort(ids.begin(), ids.end());
+  // Link in id order so readdir lists older entries first, as they were created. An id the
+  // store yields twice kept its later record (Put replaced the inode): its later name too.
+  std::stable_sort(first_names.begin(), first_names.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::reverse(first_names.begin(), first_names.end());
+  first_names.erase(std::unique(first_names.begin(), first_names.end(),
+                                [](const auto& a, const auto& b) { return a.first == b.first; }),
+                    first_names.end());
+  std::reverse(first_names.begin(), first_names.end());
   size_t orphans = 0;
   auto taken = [](Inode*, const std::string&) { return false; };  // the older record keeps it
-  for (uint64_t id : ids) {
-    if (id == kRootId) continue;
+  for (auto& [id, name] : first_names) {
     Inode* in = inodes_.Find(id);
     in->linked = false;
     // Every name whose directory exists and is free; the first of them becomes the first name.
-    const std::vector<kvfs::Link> names = [&] {
-      std::vector<kvfs::Link> v{{in->rec.parent, in->rec.name}};
-      v.insert(v.end(), in->rec.extra_links.begin(), in->rec.extra_links.end());
-      return v;
-    }();
+    std::vector<kvfs::Link> names{{in->rec.parent, std::move(name)}};
+    names.insert(names.end(), in->rec.extra_links.begin(), in->rec.extra_links.end());
     SetNames(in, names, taken, nullptr);
-    if (!in->linked) ++orphans;
+    if (!in->linked) {
+      ++orphans;
+      name = std::move(names.front().name);  // for the warning below
+    }
   }
   // An orphan's parent may itself be an orphan: unreachable inodes are dropped from memory.
-  for (uint64_t id : ids) {
-    const Inode* in = inodes_.Find(id);
-    if (id == kRootId || in->linked) continue;
-    spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", id,
-                 in->rec.name, in->rec.parent);
-    EraseInode(inodes_.Find(id));
+  for (const auto& [id, name] : first_names) {
+    Inode* in = inodes_.Find(id);
+    if (in->linked) continue;
+    spdlog::warn("namespace: record {} '{}' has no parent directory {}; not shown", id, name,
+                 in->rec.parent);
+    EraseInode(in);
   }
   spdlog::info("namespace: loaded {} objects ({} orphans skipped)", inodes_.size() - 1, orphans);
   return Status::Ok();
@@ -194,6 +200,7 @@ void Namespace::EraseInode(Inode* in) {
       return true;
     });
   }
+  DropKeptName(in);
   inodes_.Erase(in->rec.id);
 }
 
@@ -204,7 +211,7 @@ void Namespace::SetLayout(Inode* in, LayoutRef layout) {
 
 EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   EntryInfo e;
-  const ObjectRecord& r = in->rec;
+  const NamelessRecord& r = in->rec;
   struct stat& st = e.attr;
   st.st_ino = r.id;
   st.st_mode = TypeBits(r.type) | (r.mode & 07777);

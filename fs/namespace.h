@@ -74,14 +74,16 @@ struct Inode {
   // holds exactly the names the record lists ((parent, name) and extra_links; namespace_links.cc).
   // (Fields ordered to leave little padding: a daemon keeps one Inode per name.)
   //
-  // The first name (rec.parent, rec.name) lives in the parent directory only: while
-  // `name_cookie` is set, rec.name is empty and the name is the parent's entry with that
-  // cookie (FirstName, RecordOf). A name is most of an inode's memory when held twice.
-  ObjectRecord rec;
+  // The first name (rec.parent and a name) lives in the parent directory only, as the entry
+  // with readdir cookie `name_cookie`. An inode with no entry there (unlinked: the last name
+  // it had, for logs; being loaded) has `kept_name` set and its name in the namespace's
+  // kept_names_ (FirstName, RecordOf). A name is most of an inode's memory when held twice.
+  NamelessRecord rec;
   bool journaled : 1 = false;     // the store holds a record for it
   bool linked : 1 = true;         // reachable by at least one name
   bool lazy_dirty : 1 = false;    // atime or a directory time changed, persisted at shutdown
-  uint64_t name_cookie : 61 = 0;  // the first name's readdir cookie in rec.parent; 0: rec.name
+  bool kept_name : 1 = false;     // its first name is in Namespace::kept_names_
+  uint64_t name_cookie : 60 = 0;  // the first name's readdir cookie in rec.parent; 0: none
   uint64_t nlookup = 0;
   std::unique_ptr<Directory> dir;  // directories only
   std::unique_ptr<OpenState> open;
@@ -106,8 +108,8 @@ struct Inode {
   }
 };
 
-// One per name in a big namespace: keep it in glibc's 208-byte size class.
-static_assert(sizeof(Inode) <= 200);
+// One per name in a big namespace: keep it in glibc's 176-byte size class.
+static_assert(sizeof(Inode) <= 168);
 
 struct EntryInfo {
   struct stat attr {};
@@ -229,8 +231,8 @@ class Namespace {
   size_t inode_count();
   // Inodes holding an OpenState; walks every inode (tests).
   size_t CountInodesWithOpenState();
-  // Heap bytes of names held by inodes themselves rather than their directories (tests).
-  size_t NameBytesInInodes();
+  // Names kept aside for inodes with no entry in their parent (tests: linked inodes keep none).
+  size_t KeptNameCount();
 
  private:
   Inode* Find(uint64_t ino);                                          // mu_ held
@@ -249,17 +251,20 @@ class Namespace {
   // linked already.
   void RenameInRecord(Inode* in, const kvfs::Link& from, const kvfs::Link& to, bool first);
   bool IsFirstName(const Inode* in, const kvfs::Link& name) const;
-  // The first name: the parent directory's entry, or rec.name while the inode has no entry
-  // (unlinked: the last name it had, for logs). Valid until that directory changes.
+  // The first name: the parent directory's entry, or the kept name while the inode has no
+  // entry (unlinked: the last name it had, for logs). Valid until that directory changes.
   std::string_view FirstName(const Inode* in) const;
-  // Makes (parent, name), already linked to `in`, its first name, held by the directory.
+  // Makes (parent, name) its first name: held by the directory when linked to `in` there,
+  // else kept aside.
   void SetFirstName(Inode* in, uint64_t parent, std::string_view name);
-  // Copies the first name back into rec.name before its entry goes (the inode stays unlinked).
+  // Keeps a copy of the first name before its entry goes (the inode stays unlinked).
   void KeepFirstName(Inode* in);
+  void KeepName(Inode* in, std::string name);
+  void DropKeptName(Inode* in);
   // The record as the store sees it: in->rec with its first name filled in.
   ObjectRecord RecordOf(const Inode* in) const;
   // Takes everything of `rec` but its names, which SetNames has settled.
-  void TakeAllButNames(Inode* in, ObjectRecord rec);
+  void TakeAllButNames(Inode* in, const ObjectRecord& rec);
   // Moves one of `in`'s names in the tree and the record.
   void MoveName(Inode* in, Inode* src_dir, const std::string& name, Inode* dst_dir,
                 const std::string& new_name);
@@ -376,6 +381,8 @@ class Namespace {
   void ForgiveMiss(uint64_t parent, std::string_view name);  // mu_ held
   // Peer records whose parent directory has not arrived yet, by parent id (namespace_remote.cc).
   std::unordered_map<uint64_t, std::vector<ObjectRecord>> remote_orphans_;
+  // The first names of inodes with `kept_name` set, by inode number (namespace_links.cc).
+  std::unordered_map<uint64_t, std::string> kept_names_;
 };
 
 Timespec64 Now();

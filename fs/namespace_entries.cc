@@ -49,7 +49,7 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
     if (type == ObjectType::kDirectory) mode |= S_ISGID;
   }
   auto in = std::make_unique<Inode>();
-  ObjectRecord& r = in->rec;
+  NamelessRecord& r = in->rec;
   r.id = store_->NewId();
   r.type = type;
   r.mode = mode & 07777;

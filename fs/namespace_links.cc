@@ -22,7 +22,11 @@ std::string_view Namespace::FirstName(const Inode* in) const {
     spdlog::error("namespace: inode {} lost its first name's entry {} in {}", in->rec.id,
                   static_cast<uint64_t>(in->name_cookie), in->rec.parent);
   }
-  return in->rec.name;
+  if (in->kept_name) {
+    auto it = kept_names_.find(in->rec.id);
+    if (it != kept_names_.end()) return it->second;
+  }
+  return {};
 }
 
 void Namespace::SetFirstName(Inode* in, uint64_t parent, std::string_view name) {
@@ -31,41 +35,47 @@ void Namespace::SetFirstName(Inode* in, uint64_t parent, std::string_view name) 
   const uint64_t cookie = dir && dir->dir ? dir->dir->CookieOf(name, in->rec.id) : 0;
   in->name_cookie = cookie;
   if (cookie != 0) {
-    std::string().swap(in->rec.name);  // frees it: clear() would keep the allocation
+    DropKeptName(in);
   } else {
-    in->rec.name = name;  // not linked there (a failed link): the record keeps it
+    KeepName(in, std::string(name));  // not linked there (a failed link)
   }
 }
 
 void Namespace::KeepFirstName(Inode* in) {
   if (in->name_cookie == 0) return;
-  in->rec.name = std::string(FirstName(in));
+  KeepName(in, std::string(FirstName(in)));
   in->name_cookie = 0;
 }
 
+void Namespace::KeepName(Inode* in, std::string name) {
+  kept_names_[in->rec.id] = std::move(name);
+  in->kept_name = true;
+}
+
+void Namespace::DropKeptName(Inode* in) {
+  if (!in->kept_name) return;
+  kept_names_.erase(in->rec.id);
+  in->kept_name = false;
+}
+
 ObjectRecord Namespace::RecordOf(const Inode* in) const {
-  ObjectRecord r = in->rec;
-  if (in->name_cookie != 0) r.name = std::string(FirstName(in));
+  ObjectRecord r;
+  static_cast<NamelessRecord&>(r) = in->rec;
+  r.name = FirstName(in);
   return r;
 }
 
-void Namespace::TakeAllButNames(Inode* in, ObjectRecord rec) {
-  rec.parent = in->rec.parent;
-  rec.name = std::move(in->rec.name);
-  rec.extra_links = std::move(in->rec.extra_links);
-  in->rec = std::move(rec);
-  // A string assigned a short (or empty) one keeps its own buffer: free it, the directory has
-  // the name.
-  if (in->name_cookie != 0) std::string().swap(in->rec.name);
+void Namespace::TakeAllButNames(Inode* in, const ObjectRecord& rec) {
+  const uint64_t parent = in->rec.parent;
+  RareVector<kvfs::Link> extra_links = std::move(in->rec.extra_links);
+  in->rec = rec;  // the record without its name: the inode's is held apart
+  in->rec.parent = parent;
+  in->rec.extra_links = std::move(extra_links);
 }
 
-size_t Namespace::NameBytesInInodes() {
+size_t Namespace::KeptNameCount() {
   std::lock_guard lock(mu_);
-  size_t n = 0;
-  inodes_.ForEach([&](Inode* in) {
-    if (in->rec.name.capacity() > std::string().capacity()) n += in->rec.name.capacity();
-  });
-  return n;
+  return kept_names_.size();
 }
 
 bool Namespace::IsFirstName(const Inode* in, const kvfs::Link& name) const {
@@ -88,7 +98,7 @@ void Namespace::RemoveName(Inode* in, Inode* dir, const std::string& name) {
     UnlinkChild(dir, name);
     return;
   }
-  ObjectRecord& r = in->rec;
+  NamelessRecord& r = in->rec;
   if (!IsFirstName(in, {dir->rec.id, name})) {
     UnlinkChild(dir, name);
     r.extra_links.erase_value(kvfs::Link{dir->rec.id, name});
@@ -175,8 +185,8 @@ void Namespace::SetNames(Inode* in, const std::vector<kvfs::Link>& names,
       in->rec.extra_links.push_back(l);
     }
   }
-  // Nothing linked: the record keeps its last first name, for logs.
-  if (!in->linked && !before.empty()) in->rec.name = before.front().name;
+  // Nothing linked: the inode keeps its last first name, for logs.
+  if (!in->linked && !before.empty()) KeepName(in, before.front().name);
 }
 
 Result<EntryInfo> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {

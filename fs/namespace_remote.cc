@@ -36,7 +36,7 @@ bool SameTime(const Timespec64& a, const Timespec64& b) {
   return a.sec == b.sec && a.nsec == b.nsec;
 }
 
-bool SameAttrs(const ObjectRecord& a, const ObjectRecord& b) {
+bool SameAttrs(const NamelessRecord& a, const NamelessRecord& b) {
   return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.flags == b.flags &&
          a.rdev() == b.rdev() && a.type == b.type && SameTime(a.atime, b.atime) &&
          SameTime(a.mtime, b.mtime) && SameTime(a.ctime, b.ctime) &&

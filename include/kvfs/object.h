@@ -42,7 +42,8 @@ struct Layout {
   enum class Kind : uint8_t { kSegments = 0, kClusterChunk = 1 };
 
   uint64_t size = 0;
-  std::vector<Segment> segments;
+  // Behind one pointer: a cluster's layouts (one per file, millions of them) have none.
+  RareVector<Segment> segments;
   Kind kind = Kind::kSegments;
 
   // The segment with this index, or null when that part of the file is a hole.
@@ -91,10 +92,11 @@ struct Timespec64 {
   int64_t nsec = 0;
 };
 
-struct ObjectRecord {
+// A record without its first name. The fs keeps one per inode and leaves the name to the
+// parent directory's entry (a name held twice is most of a big namespace's memory).
+struct NamelessRecord {
   ObjectId id = kInvalidId;
-  ObjectId parent = kInvalidId;
-  std::string name;
+  ObjectId parent = kInvalidId;  // the directory of the first name
   // (Fields ordered and sized to leave little padding: a daemon keeps one record per name.)
   ObjectType type = ObjectType::kFile;
   uint16_t mode = 0;  // permission bits only (07777); the type is in `type`
@@ -107,7 +109,7 @@ struct ObjectRecord {
   // behind one pointer. Read and set them through the accessors below.
   RareFields rare;
   LayoutRef layout;  // kFile only; null means empty file
-  // Hard links: names beyond (parent, name), which is always the first one. Never directories.
+  // Hard links: names beyond the first (parent, name). Never directories.
   RareVector<Link> extra_links;
   // The store's version of this record (the cluster: the etcd revision that wrote it), 0 for a
   // record never committed. Opaque to the fs, which hands it back unchanged in the batches it
@@ -126,6 +128,11 @@ struct ObjectRecord {
     if (type == ObjectType::kSymlink) return symlink_target().size();
     return layout ? layout->size : 0;
   }
+};
+
+// What the store journals and hands back: the whole record, first name included.
+struct ObjectRecord : NamelessRecord {
+  std::string name;  // the first name, in `parent`
 };
 
 }  // namespace kvfs

@@ -95,11 +95,16 @@ class RareVector {
   const_iterator end() const { return v_ ? v_->data() + v_->size() : nullptr; }
   T& front() { return v_->front(); }
   const T& front() const { return v_->front(); }
+  T& back() { return v_->back(); }
+  const T& back() const { return v_->back(); }
   T& operator[](size_t i) { return (*v_)[i]; }
   const T& operator[](size_t i) const { return (*v_)[i]; }
 
   void push_back(T t) { Mutable().push_back(std::move(t)); }
   void clear() { v_.reset(); }
+  void reserve(size_t n) {
+    if (n > 0) Mutable().reserve(n);
+  }
   void resize(size_t n) {
     if (n == 0) {
       v_.reset();
@@ -128,7 +133,7 @@ class RareVector {
     return n;
   }
   std::vector<T> to_vector() const { return v_ ? *v_ : std::vector<T>{}; }
-  bool allocated() const { return v_ != nullptr; }  // an empty one never is
+  bool allocated() const { return v_ != nullptr; }  // an empty one never is (unless reserved)
 
   bool operator==(const RareVector& o) const { return to_vector_ref() == o.to_vector_ref(); }
   bool operator==(const std::vector<T>& o) const { return to_vector_ref() == o; }

@@ -85,7 +85,8 @@ TEST(NamespaceRemoteTest, NotifiesOnlyWhatTheKernelKnows) {
 }
 
 // A name lives once, in its directory: an inode fed by remote records, reloads and rollbacks
-// keeps no copy of its own (at a million names that copy was ~80 bytes each).
+// keeps no copy aside (at a million names that copy was ~80 bytes each), and a name kept for
+// an unlinked inode goes with the inode.
 TEST(NamespaceRemoteTest, InodesKeepNoCopyOfTheirNames) {
   MemoryStore store;
   Namespace ns(&store, nullptr);
@@ -96,22 +97,25 @@ TEST(NamespaceRemoteTest, InodesKeepNoCopyOfTheirNames) {
     puts.push_back(RemoteRecord((5ull << 48) | i, kRootId, std::to_string(i) + tail,
                                 ObjectType::kFile, 10 + i));
   ns.ApplyRemoteChanges(puts, {});
-  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  EXPECT_EQ(ns.KeptNameCount(), 0u);
   for (auto& r : puts) {
     r.revision += 1000;  // a newer version of each, same name
     r.mode = 0600;
   }
   ns.ApplyRemoteChanges(puts, {});
-  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  EXPECT_EQ(ns.KeptNameCount(), 0u);
   ns.RestoreStoreRecord(puts[0].id, &puts[0]);
-  EXPECT_EQ(ns.NameBytesInInodes(), 0u);
+  EXPECT_EQ(ns.KeptNameCount(), 0u);
   ASSERT_EQ(ns.Record(puts[7].id)->name, "8" + tail);
   // A name that goes with its inode still open keeps it in the record, for logs.
   auto e = ns.Lookup(kRootId, "9" + tail);
   ASSERT_TRUE(e.ok());
   ns.ApplyRemoteChanges({}, {puts[8].id});
-  EXPECT_EQ(ns.NameBytesInInodes(), std::string("9" + tail).capacity());
+  EXPECT_EQ(ns.KeptNameCount(), 1u);
   EXPECT_EQ(ns.Record(puts[8].id)->name, "9" + tail);
+  ns.Forget(puts[8].id, 1);  // the kernel lets go: the inode and its kept name leave memory
+  EXPECT_EQ(ns.KeptNameCount(), 0u);
+  EXPECT_FALSE(ns.Record(puts[8].id).ok());
 }
 
 // A peer removes a directory that holds a file this node is still writing (its name is not in

@@ -276,8 +276,17 @@ TEST_F(NamespaceTest, LoadRebuildsTheTreeFromRecords) {
   ASSERT_TRUE(d.ok());
   CreateFile(d->attr.st_ino, "file", "content");
   ASSERT_TRUE(ns_.Symlink(kRootId, "link", "dir/file", 0, 0).ok());
+  ObjectRecord orphan;  // its directory is gone: not shown, and nothing of it stays in memory
+  orphan.id = 9000;
+  orphan.parent = 8999;
+  orphan.name = "orphan";
+  MetaBatch b;
+  b.puts = {orphan};
+  ASSERT_TRUE(store_.Apply(b).ok());
   Namespace again(&store_, nullptr);
   ASSERT_TRUE(again.Load().ok());
+  EXPECT_FALSE(again.Record(orphan.id).ok());
+  EXPECT_EQ(again.KeptNameCount(), 0u);  // every name loaded lives in its directory only
   auto dir = again.Lookup(kRootId, "dir");
   ASSERT_TRUE(dir.ok());
   EXPECT_EQ(dir->attr.st_mode & 07777, 0750u);
@@ -285,6 +294,7 @@ TEST_F(NamespaceTest, LoadRebuildsTheTreeFromRecords) {
   ASSERT_TRUE(file.ok());
   EXPECT_EQ(file->attr.st_size, 7);
   EXPECT_TRUE(file->stable);
+  EXPECT_EQ(again.Record(file->attr.st_ino)->name, "file");
   auto link = again.Lookup(kRootId, "link");
   ASSERT_TRUE(link.ok());
   EXPECT_EQ(*again.Readlink(link->attr.st_ino), "dir/file");
