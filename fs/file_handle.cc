@@ -36,7 +36,8 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
   // neither a reader of an old version nor a private writer can show its bytes or its size
   // to the other (a short read of an old version would shrink the kernel's i_size under an
   // appending writer; a writer's pages would be read by readers of the published version).
-  if (in->cache_handles() > 0 && in->cache_view != view) {
+  OpenState& open = Opened(in);
+  if (open.cache_handles > 0 && open.cache_view != view) {
     fh->direct_io = true;
     return;
   }
@@ -49,11 +50,10 @@ void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
   }
   // Cached pages are trusted only when they are known to hold this very view; otherwise the
   // open drops them (keep_cache off), synchronously, before any read.
-  fh->keep_cache = in->cache_view == view && !fh->session && in->journaled;
+  fh->keep_cache = open.cache_view == view && !fh->session && in->journaled;
   fh->page_cache = true;
   fh->view = view;
-  in->cache_view = view;
-  OpenState& open = in->Opened();
+  open.cache_view = view;
   if (!fh->session) open.cache_view_size = fh->layout ? fh->layout->size : 0;
   ++open.cache_handles;
 }
@@ -67,6 +67,7 @@ void Namespace::CloseHandleOf(Inode* in, const FileHandle& fh) {
   // The session's last handle: the next writer starts a new one.
   if (fh.session && fh.session->handles == 0 && open.writing == fh.session) open.writing.reset();
   if (open.opens == 0 && open.cache_handles == 0 && !open.writing && !RewrittenLately(in)) {
+    in->cache_current = open.cache_view == open.version;
     in->open.reset();
   }
 }
@@ -96,8 +97,9 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       session->dirty = true;  // even an empty new file is published at its first close
       session->handles = 1;
       session->view = ++next_view_;
-      in->Opened().writing = session;
-      in->Opened().opens = 1;
+      OpenState& open = Opened(in);
+      open.writing = session;
+      open.opens = 1;
       ++in->nlookup;
       auto* fh = new FileHandle;
       fh->ino = in->rec.id;
@@ -173,7 +175,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       // While a writer is active the page cache may hold its unpublished pages: a reader of
       // the published version bypasses it.
       handle->direct_io = (flags & O_DIRECT) || in->writing();
-      if (!handle->direct_io) ChooseCacheMode(in, handle.get(), in->version);
+      if (!handle->direct_io) ChooseCacheMode(in, handle.get(), Opened(in).version);
       if (in->journaled) counters_.read_hits.fetch_add(1, std::memory_order_relaxed);
       handle->noatime = (flags & O_NOATIME) != 0;
       if (!handle->noatime) TouchAtime(in);
@@ -187,8 +189,8 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
         session->writer = std::move(writer);
         session->dirty = ((flags & O_TRUNC) && in->rec.size() > 0) || !in->journaled;
         session->view = ++next_view_;
-        in->Opened().writing = session;
-        if (in->journaled && in->rec.layout) in->Opened().rewritten_at = MonotonicSeconds();
+        Opened(in).writing = session;
+        if (in->journaled && in->rec.layout) Opened(in).rewritten_at = MonotonicSeconds();
       } else if (flags & O_TRUNC) {
         truncate_session = session;
       }
@@ -201,7 +203,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       handle->direct_io = (flags & O_DIRECT) != 0 || handle->append;
       if (!handle->direct_io) ChooseCacheMode(in, handle.get(), handle->session->view);
     }
-    ++in->Opened().opens;
+    ++Opened(in).opens;
     fh = handle.release();
   }
   if (truncate_session) {

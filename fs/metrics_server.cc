@@ -1,5 +1,4 @@
 #include "metrics_server.h"
-#include "json_text.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -14,6 +13,8 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+
+#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {

@@ -93,7 +93,6 @@ Status Namespace::Load() {
     if (rec.id == kRootId || rec.id == kInvalidId) return;
     auto in = std::make_unique<Inode>();
     in->journaled = true;
-    in->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
     first_names.emplace_back(rec.id, std::move(rec.name));
     in->rec = std::move(rec);
@@ -206,7 +205,24 @@ void Namespace::EraseInode(Inode* in) {
 
 void Namespace::SetLayout(Inode* in, LayoutRef layout) {
   in->rec.layout = std::move(layout);
-  in->version = ++next_view_;
+  NewVersion(in);
+}
+
+void Namespace::NewVersion(Inode* in) {
+  if (in->open) {
+    in->open->version = ++next_view_;
+  } else {
+    in->cache_current = false;
+  }
+}
+
+OpenState& Namespace::Opened(Inode* in) {
+  if (!in->open) {
+    in->open = std::make_unique<OpenState>();
+    in->open->version = ++next_view_;
+    if (in->cache_current) in->open->cache_view = in->open->version;
+  }
+  return *in->open;
 }
 
 EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
@@ -226,7 +242,8 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   // While readers of the published version own the page cache, a private writer's size is
   // nobody else's business: the kernel would apply it to their i_size. The writer's handle
   // sees its own size whenever the kernel asks with it.
-  if (!fh && in->writing() && in->cache_handles() > 0 && in->cache_view != in->writing()->view)
+  if (!fh && in->writing() && in->cache_handles() > 0 &&
+      in->open->cache_view != in->writing()->view)
     size = in->open->cache_view_size;
   if (in->dir) size = 4096;
   st.st_size = static_cast<off_t>(size);
@@ -238,7 +255,7 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   // Long attribute caching only when every view open on it is the published one: otherwise
   // the kernel's one i_size serves several views and must be asked again each time.
   e.stable = in->journaled && !in->writing() && !own_view &&
-             (in->cache_handles() == 0 || in->cache_view == in->version);
+             (in->cache_handles() == 0 || in->open->cache_view == in->open->version);
   return e;
 }
 
@@ -501,7 +518,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // cache (O_TRUNC comes here without a handle): the kernel sets i_size from this reply and
     // cuts its cached pages to it, so the reply carries the owner's size and their pages stay
     // intact. The writer's own fstat asks with its handle and sees its size.
-    if (req.size && session && in->cache_handles() > 0 && in->cache_view != session->view) {
+    if (req.size && session && in->cache_handles() > 0 && in->open->cache_view != session->view) {
       entry.attr.st_size = static_cast<off_t>(in->open->cache_view_size);
       entry.stable = false;
     }

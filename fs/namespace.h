@@ -61,12 +61,21 @@ class InvalidationSink {
 // (Inode::open), made at the first open and dropped once nothing in it matters (file_handle.cc).
 struct OpenState {
   std::shared_ptr<WriteSession> writing;  // while a handle is open for writing
-  uint64_t cache_view_size = 0;  // the size of Inode::cache_view when it is a published version
+  uint64_t cache_view_size = 0;           // the size of cache_view when it is a published version
   uint32_t opens = 0;
-  uint32_t cache_handles = 0;  // handles open through the page cache, all on Inode::cache_view
+  uint32_t cache_handles = 0;  // handles open through the page cache, all on cache_view
   // Monotonic seconds when a writer last opened this published file in place (0: never);
   // readers that open within kRewriteQuietSeconds of it use direct I/O (file_handle.cc).
   int64_t rewritten_at = 0;
+  // The kernel has one page cache and one i_size per inode, but readers of an old version, a
+  // private writer and readers of the new version may have the file open at once. Only one
+  // view owns the page cache: `cache_view` (the id of a published version, `version`, or of a
+  // write session) with `cache_handles` handles open on it; handles of any other view are
+  // direct I/O, so no reply about them lands in the cache (file_handle.cc). Without an
+  // OpenState, Inode::cache_current says whether the cache holds the published version: the
+  // next open of it keeps those pages.
+  uint64_t version = 0;  // id of rec.layout's content; a new id whenever it changes
+  uint64_t cache_view = 0;
 };
 
 struct Inode {
@@ -79,22 +88,16 @@ struct Inode {
   // it had, for logs; being loaded) has `kept_name` set and its name in the namespace's
   // kept_names_ (FirstName, RecordOf). A name is most of an inode's memory when held twice.
   NamelessRecord rec;
-  bool journaled : 1 = false;     // the store holds a record for it
-  bool linked : 1 = true;         // reachable by at least one name
-  bool lazy_dirty : 1 = false;    // atime or a directory time changed, persisted at shutdown
-  bool kept_name : 1 = false;     // its first name is in Namespace::kept_names_
-  uint64_t name_cookie : 60 = 0;  // the first name's readdir cookie in rec.parent; 0: none
+  bool journaled : 1 = false;      // the store holds a record for it
+  bool linked : 1 = true;          // reachable by at least one name
+  bool lazy_dirty : 1 = false;     // atime or a directory time changed, persisted at shutdown
+  bool kept_name : 1 = false;      // its first name is in Namespace::kept_names_
+  bool cache_current : 1 = false;  // no `open`: the page cache holds the published version
+  uint64_t name_cookie : 59 = 0;   // the first name's readdir cookie in rec.parent; 0: none
   uint64_t nlookup = 0;
   std::unique_ptr<Directory> dir;  // directories only
+  // Made at the first open (Namespace::Opened), dropped once nothing in it matters.
   std::unique_ptr<OpenState> open;
-  // The kernel has one page cache and one i_size per inode, but readers of an old version, a
-  // private writer and readers of the new version may have the file open at once. Only one
-  // view owns the page cache: `cache_view` (the id of a published version, `version`, or of a
-  // write session) with `cache_handles` handles open on it; handles of any other view are
-  // direct I/O, so no reply about them lands in the cache (file_handle.cc). cache_view outlives
-  // the handles: the next open of the same view keeps the pages they left.
-  uint64_t version = 0;  // id of rec.layout's content; a new id whenever it changes
-  uint64_t cache_view = 0;
 
   uint32_t opens() const { return open ? open->opens : 0; }
   uint32_t cache_handles() const { return open ? open->cache_handles : 0; }
@@ -102,14 +105,10 @@ struct Inode {
     static const std::shared_ptr<WriteSession> none;
     return open ? open->writing : none;
   }
-  OpenState& Opened() {
-    if (!open) open = std::make_unique<OpenState>();
-    return *open;
-  }
 };
 
-// One per name in a big namespace: keep it in glibc's 176-byte size class.
-static_assert(sizeof(Inode) <= 168);
+// One per name in a big namespace: keep it in glibc's 160-byte size class.
+static_assert(sizeof(Inode) <= 152);
 
 struct EntryInfo {
   struct stat attr {};
@@ -296,6 +295,10 @@ class Namespace {
   EntryInfo MakeEntry(const Inode* in, const FileHandle* fh = nullptr) const;  // mu_ held
   // mu_ held: installs a new published content (a new version id for the page cache).
   void SetLayout(Inode* in, LayoutRef layout);
+  // mu_ held: rec.layout's content changed: pages cached of the old one are not current.
+  void NewVersion(Inode* in);
+  // mu_ held: the inode's OpenState, made (with an id for the published version) if needed.
+  OpenState& Opened(Inode* in);
   // mu_ held: decides direct_io/keep_cache of a handle opening on `view` (file_handle.cc).
   void ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view);
   // Undoes what opening `fh` added to `in` and to its session's handle count, and frees the
@@ -364,7 +367,7 @@ class Namespace {
   std::mutex mu_;
   InodeTable inodes_;
   uint64_t next_ticket_ = 0;
-  uint64_t next_view_ = 0;  // ids of versions and write sessions (Inode::cache_view)
+  uint64_t next_view_ = 0;  // ids of versions and write sessions (OpenState::cache_view)
   std::mutex apply_mu_;
   std::condition_variable apply_cv_;
   uint64_t serving_ticket_ = 0;

@@ -57,7 +57,6 @@ Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, Objec
   r.gid = gid;
   r.atime = r.mtime = r.ctime = Now();
   if (type == ObjectType::kDirectory) in->dir = std::make_unique<Directory>();
-  in->version = ++next_view_;
   in->linked = false;
   Inode* raw = in.get();
   inodes_.Put(std::move(in));

@@ -90,7 +90,6 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     auto fresh = std::make_unique<Inode>();
     fresh->rec = rec;
     fresh->linked = false;
-    fresh->version = ++next_view_;
     if (rec.type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
     in = fresh.get();
     inodes_.Put(std::move(fresh));
@@ -105,7 +104,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   // Everything but the names, which SetNames settled (a name lost to a conflict is left out).
   // A local writer's open session stays as it is; its close publishes over this version.
   TakeAllButNames(in, rec);
-  if (new_version) in->version = ++next_view_;
+  if (new_version) NewVersion(in);
   in->journaled = in->linked;
   if (!in->linked) {
     MaybeDrop(in);

@@ -35,7 +35,6 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
         // An unlink that never became durable: the inode comes back.
         auto fresh = std::make_unique<Inode>();
         fresh->rec = *record;
-        fresh->version = ++next_view_;
         if (record->type == ObjectType::kDirectory) fresh->dir = std::make_unique<Directory>();
         fresh->linked = false;
         in = fresh.get();
@@ -54,7 +53,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
       };
       SetNames(in, names, move_aside, &stale_names);
       TakeAllButNames(in, *record);
-      if (data_changed) in->version = ++next_view_;
+      if (data_changed) NewVersion(in);
       in->journaled = true;
       MaybeDrop(in);
     }

@@ -22,7 +22,7 @@ struct WriteSession {
   bool dirty = false;             // written, truncated or created since the last publish
   std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
   uint32_t handles = 0;           // guarded by Namespace::mu_
-  uint64_t view = 0;              // its view's id for the page cache (Inode::cache_view)
+  uint64_t view = 0;              // its view's id for the page cache (OpenState::cache_view)
 };
 
 // One open file: what fuse_file_info::fh points to.
