@@ -113,6 +113,28 @@ TEST_F(NamespaceTest, OpenStateLivesOnlyWhileHandlesAreOpen) {
   EXPECT_EQ(ns_.CountInodesWithOpenState(), 0u);
 }
 
+// Without an OpenState an inode keeps one bit about its page cache: a version published while
+// nothing is open (a truncate of a closed file, a peer's publish) leaves the pages stale.
+TEST_F(NamespaceTest, PagesCachedOfAClosedFileGoStaleWithANewVersion) {
+  uint64_t a = CreateFile(kRootId, "a", "alpha-one");
+  auto r = ns_.Open(a, O_RDONLY);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(ns_.Release(*r).ok());
+  ASSERT_EQ(ns_.CountInodesWithOpenState(), 0u);
+  SetAttrRequest req;
+  req.size = 5;
+  ASSERT_TRUE(ns_.SetAttr(a, req, nullptr).ok());
+  auto again = ns_.Open(a, O_RDONLY);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)->keep_cache);
+  EXPECT_EQ(ReadAll(*again), "alpha");
+  ASSERT_TRUE(ns_.Release(*again).ok());
+  auto third = ns_.Open(a, O_RDONLY);  // the pages are of this version now
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE((*third)->keep_cache);
+  ASSERT_TRUE(ns_.Release(*third).ok());
+}
+
 TEST_F(NamespaceTest, EmptyNewFileIsPublished) {
   auto r = ns_.Create(kRootId, "empty", 0644, O_WRONLY | O_CREAT, 0, 0);
   ASSERT_TRUE(r.ok());
