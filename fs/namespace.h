@@ -384,6 +384,7 @@ class Namespace {
   void ForgiveMiss(uint64_t parent, std::string_view name);  // mu_ held
   // Peer records whose parent directory has not arrived yet, by parent id (namespace_remote.cc).
   std::unordered_map<uint64_t, std::vector<ObjectRecord>> remote_orphans_;
+  size_t remote_since_trim_ = 0;  // remote records applied since the last malloc_trim (mu_)
   // The first names of inodes with `kept_name` set, by inode number (namespace_links.cc).
   std::unordered_map<uint64_t, std::string> kept_names_;
 };
