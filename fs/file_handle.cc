@@ -189,8 +189,9 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
         session->writer = std::move(writer);
         session->dirty = ((flags & O_TRUNC) && in->rec.size() > 0) || !in->journaled;
         session->view = ++next_view_;
-        Opened(in).writing = session;
-        if (in->journaled && in->rec.layout) Opened(in).rewritten_at = MonotonicSeconds();
+        OpenState& open = Opened(in);
+        open.writing = session;
+        if (in->journaled && in->rec.layout) open.rewritten_at = MonotonicSeconds();
       } else if (flags & O_TRUNC) {
         truncate_session = session;
       }

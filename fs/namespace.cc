@@ -102,11 +102,9 @@ Status Namespace::Load() {
   // store yields twice kept its later record (Put replaced the inode): its later name too.
   std::stable_sort(first_names.begin(), first_names.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::reverse(first_names.begin(), first_names.end());
-  first_names.erase(std::unique(first_names.begin(), first_names.end(),
-                                [](const auto& a, const auto& b) { return a.first == b.first; }),
-                    first_names.end());
-  std::reverse(first_names.begin(), first_names.end());
+  auto kept = std::unique(first_names.rbegin(), first_names.rend(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; });
+  first_names.erase(first_names.begin(), kept.base());
   size_t orphans = 0;
   auto taken = [](Inode*, const std::string&) { return false; };  // the older record keeps it
   for (auto& [id, name] : first_names) {
