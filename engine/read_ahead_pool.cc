@@ -5,7 +5,7 @@
 namespace kvfs {
 
 ReadAheadPool::~ReadAheadPool() {
-  for (uint8_t* b : idle_buffers_) std::free(b);
+  for (uint8_t* b : idle_buffers_) slabs_->Free(b);
 }
 
 std::shared_ptr<uint8_t> ReadAheadPool::Buffer() {
@@ -17,16 +17,16 @@ std::shared_ptr<uint8_t> ReadAheadPool::Buffer() {
       idle_buffers_.pop_back();
     }
   }
-  if (!b) b = static_cast<uint8_t*>(std::aligned_alloc(4096, buffer_bytes_));
+  if (!b) b = slabs_->Allocate();
   if (!b) return nullptr;
   // Weak: a buffer a reply still splices from must not keep the pool (and its rings, which
-  // hold the device files open) alive after the engine closed.
+  // hold the device files open) alive after the engine closed; only the slabs.
   std::weak_ptr<ReadAheadPool> pool = weak_from_this();
-  return std::shared_ptr<uint8_t>(b, [pool](uint8_t* p) {
+  return std::shared_ptr<uint8_t>(b, [pool, slabs = slabs_](uint8_t* p) {
     if (auto owner = pool.lock()) {
       owner->Recycle(p);
     } else {
-      std::free(p);
+      slabs->Free(p);
     }
   });
 }
@@ -39,7 +39,7 @@ void ReadAheadPool::Recycle(uint8_t* buffer) {
       return;
     }
   }
-  std::free(buffer);
+  slabs_->Free(buffer);
 }
 
 std::shared_ptr<uint8_t> ReadAheadPool::Zeros() {

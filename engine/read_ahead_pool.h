@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "io_buffer_slabs.h"
 #include "io_ring.h"
 
 namespace kvfs {
@@ -17,13 +18,15 @@ namespace kvfs {
 class ReadAheadPool : public std::enable_shared_from_this<ReadAheadPool> {
  public:
   // `buffer_bytes`: every buffer's size (the engine's segment size rounded up to 4 KiB).
-  explicit ReadAheadPool(uint32_t buffer_bytes) : buffer_bytes_(buffer_bytes) {}
+  explicit ReadAheadPool(uint32_t buffer_bytes)
+      : buffer_bytes_(buffer_bytes), slabs_(std::make_shared<IoBufferSlabs>(buffer_bytes)) {}
   ~ReadAheadPool();
   ReadAheadPool(const ReadAheadPool&) = delete;
   ReadAheadPool& operator=(const ReadAheadPool&) = delete;
 
-  // A 4 KiB-aligned buffer of buffer_bytes() (O_DIRECT target). It returns to the pool when its
-  // last holder lets go, or is freed if the pool is gone or holds enough idle ones.
+  // A 4 KiB-aligned buffer of buffer_bytes() (O_DIRECT target) inside a huge-page slab
+  // (io_buffer_slabs.h). It returns to the pool when its last holder lets go, or to the slabs
+  // if the pool is gone or holds enough idle ones.
   std::shared_ptr<uint8_t> Buffer();
   // An owned ring on the engine's devices, reused from a reader that finished.
   Result<std::unique_ptr<IoRing>> TakeRing(const RingConfig& config);
@@ -53,6 +56,9 @@ class ReadAheadPool : public std::enable_shared_from_this<ReadAheadPool> {
   static constexpr size_t kIdleRings = 16;
 
   const uint32_t buffer_bytes_;
+  // Shared with every buffer handed out: a reply may still splice from one after the pool
+  // (and the engine) is gone.
+  const std::shared_ptr<IoBufferSlabs> slabs_;
   mutable std::mutex mu_;
   std::vector<uint8_t*> idle_buffers_;
   std::vector<std::unique_ptr<IoRing>> idle_rings_;
