@@ -1,14 +1,8 @@
-// IoBufferSlabs: segment-sized O_DIRECT buffers carved out of 2 MiB slabs that ask for
-// transparent huge pages (madvise(MADV_HUGEPAGE)).
-//
-// Why: a buffer from malloc is physically 4 KiB pages scattered over memory, so a 1 MiB
-// O_DIRECT read or write into it is 256 segments in the block layer. A queue with fewer
-// (virtio-blk here: max_segments 254) splits every such request in two and, with the ring
-// full of descriptors, keeps about one request in flight: the engine's read-ahead at depth 8
-// measured like depth 1 (24 x 32 MiB cold reads through the mount: 0.94-1.06 GB/s with malloc
-// buffers, 1.16-1.22 GB/s from huge-page slabs; docs/fs.md "Read path"). A buffer inside one
-// huge page is one physical segment. Where THP is off ("never") the slabs are ordinary pages
-// and everything works as before.
+// IoBufferSlabs: segment-sized O_DIRECT buffers carved out of 2 MiB slabs of transparent huge
+// pages (kvfs/huge_pages.h says why), so that a whole-segment read or write is one physical
+// segment for the block layer. Several buffers share a slab when they fit in one huge page;
+// freed buffers are reused before a new slab is mapped, and a slab goes back to the kernel with
+// its last buffer.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +11,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvfs/huge_pages.h"
+
 namespace kvfs {
 
 class IoBufferSlabs {
  public:
-  static constexpr size_t kHugePage = 2u << 20;
+  static constexpr size_t kHugePage = kHugePageBytes;
 
   // Every buffer is `buffer_bytes` (a multiple of 4 KiB), 4 KiB aligned. A slab is 2 MiB or
   // `buffer_bytes` rounded up to 2 MiB, and holds slab / buffer_bytes buffers.
@@ -43,7 +39,6 @@ class IoBufferSlabs {
   struct Slab {
     uint32_t in_use = 0;
   };
-  uint8_t* MapSlab();  // 2 MiB aligned, MADV_HUGEPAGE asked for; nullptr on failure
   uint8_t* SlabOf(uint8_t* buffer) const;  // the base address of the slab holding `buffer`
 
   const size_t buffer_bytes_;

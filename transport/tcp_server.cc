@@ -11,6 +11,8 @@
 
 #include <exception>
 
+#include "kvfs/huge_pages.h"
+
 namespace kvfs {
 
 using wire::MsgType;
@@ -58,14 +60,17 @@ Status DecodeMeta(const ReceivedFrame& f, T* out) {
 
 }  // namespace
 
+TcpPeerServer::Scratch::~Scratch() { UnmapHugePages(bytes, capacity); }
+
 std::span<uint8_t> TcpPeerServer::Scratch::Get(size_t n) {
   if (n > capacity) {
-    const size_t rounded = (n + 4095) / 4096 * 4096;
-    bytes.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
+    UnmapHugePages(bytes, capacity);
+    const size_t rounded = RoundUpToHugePage(n);
+    bytes = MapHugePages(rounded);
     capacity = bytes ? rounded : 0;
     if (!bytes) return {};
   }
-  return {bytes.get(), n};
+  return {bytes, n};
 }
 
 Result<std::unique_ptr<TcpPeerServer>> TcpPeerServer::Start(const ServerOptions& options,

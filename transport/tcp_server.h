@@ -49,12 +49,15 @@ class TcpPeerServer : public PeerServer {
   // A worker's reusable buffer for GET answers and PUT data: uninitialised (no page zeroing on
   // each large request) and 4 KiB aligned, so that the engine can read a GET's segments into it
   // with O_DIRECT (no copy out of its ring's buffers).
+  // A worker's GET buffer, in huge pages (kvfs/huge_pages.h): the handler reads whole segments
+  // into it with O_DIRECT.
   struct Scratch {
-    struct Free {
-      void operator()(uint8_t* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t, Free> bytes;
+    uint8_t* bytes = nullptr;
     size_t capacity = 0;
+    Scratch() = default;
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch();
     std::span<uint8_t> Get(size_t n);  // empty when n bytes cannot be had
   };
   struct Answer {
