@@ -55,23 +55,38 @@ SegmentReadAhead::Slot* SegmentReadAhead::Find(uint64_t segment) {
 }
 
 SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, bool demand) {
+  // Which slot to reuse, best first: an empty or failed one; then, behind this request, one
+  // more than depth_ segments back that the reader used, or that was read ahead and skipped;
+  // last one just behind that the reader used. A read-ahead segment just behind is kept: the
+  // kernel sends a window of READs at once and threads take them out of order, so the READ for
+  // it may still be on its way (and a used one may be asked for again by such a READ).
   Slot* pick = nullptr;
+  int rank = 0;  // of pick: 4 empty, 3 used and far behind, 2 skipped, 1 used and just behind
   for (auto& s : slots_) {
-    if (s->state == Slot::State::kInFlight) continue;
     if (s->state == Slot::State::kEmpty || s->state == Slot::State::kFailed) {
       pick = s.get();
+      rank = 4;
       break;
     }
-    // Behind the reader: a sequential reader will not come back to it.
-    if (s->segment < first && (!pick || s->segment < pick->segment)) pick = s.get();
+    if (s->state != Slot::State::kReady || s->segment >= first) continue;
+    const bool far = s->segment + depth_ < first;
+    const int r = far ? (s->asked ? 3 : 2) : (s->asked ? 1 : 0);
+    if (r > rank || (r == rank && r > 0 && s->segment < pick->segment)) {
+      pick = s.get();
+      rank = r;
+    }
   }
-  const uint64_t max_slots = depth_ + 4 + (last - first);
-  if (!pick && slots_.size() < max_slots) pick = AddSlot();
+  // A new slot before one that may be asked for again, within the window's cap.
+  const uint64_t max_slots = 2 * depth_ + 4 + (last - first);
+  if (rank < 2 && slots_.size() < max_slots) return Prepare(AddSlot());
+  if (rank == 1 && !demand) pick = nullptr;  // no read-ahead at the price of a re-read
   if (!pick && demand) {
-    // A reader that jumped back: give up the read-ahead segment furthest away.
+    // A reader that jumped back, or every slot is a read-ahead not used yet: give up the one
+    // furthest away (ahead of this request, or else the oldest behind it).
     for (auto& s : slots_) {
-      if (s->state == Slot::State::kReady && s->segment > last &&
-          (!pick || s->segment > pick->segment)) {
+      if (s->state != Slot::State::kReady || (s->segment >= first && s->segment <= last)) continue;
+      if (!pick || (s->segment > last && (pick->segment < first || s->segment > pick->segment)) ||
+          (s->segment < first && pick->segment < first && s->segment < pick->segment)) {
         pick = s.get();
       }
     }
@@ -192,8 +207,9 @@ Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
   ctx_->counters().reads.fetch_add(1);
   std::lock_guard lock(mu_);
   // The kernel's readahead sends several READs at once and threads may take them out of order:
-  // a read that starts at or a little past the previous end still counts as sequential.
-  const bool sequential = first + 1 >= next_expected_ && first <= next_expected_ + depth_;
+  // a read that starts up to depth_ segments before or after the furthest one asked for still
+  // counts as sequential, and never moves that mark back.
+  const bool sequential = first + depth_ >= next_expected_ && first <= next_expected_ + depth_;
   sequential_ = sequential ? sequential_ + 1 : 0;
   next_expected_ = sequential ? std::max(next_expected_, last + 1) : last + 1;
 
