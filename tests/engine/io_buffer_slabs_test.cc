@@ -2,7 +2,7 @@
 // never overlap, never straddle a huge page when several share a slab, are reused before a
 // new slab is mapped, and a slab goes back to the kernel with its last buffer. The slabs ask
 // for transparent huge pages (VmFlags "hg"), which is what makes a whole-segment O_DIRECT
-// request one physical segment.
+// request one physical segment. The engine's buffer pool hands out slab buffers that outlive it.
 #include "io_buffer_slabs.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "read_ahead_pool.h"
 
 namespace kvfs {
 namespace {
@@ -114,6 +116,23 @@ TEST(IoBufferSlabsTest, SlabsAskForTransparentHugePages) {
   ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the buffer";
   EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;  // MADV_HUGEPAGE
   slabs.Free(b);
+}
+
+// The engine's readers and writers take their segment buffers from the pool: those must be
+// slab buffers, and must stay valid (and go back to the slabs) when the pool is gone first.
+TEST(IoBufferSlabsTest, ThePoolsBuffersAreSlabBuffersThatOutliveThePool) {
+  auto pool = std::make_shared<ReadAheadPool>(kMiB);
+  std::shared_ptr<uint8_t> a = pool->Buffer();
+  std::shared_ptr<uint8_t> b = pool->Buffer();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(VmFlagsOf(a.get()).find(" hg"), std::string::npos);
+  // Two 1 MiB buffers from one 2 MiB huge page.
+  EXPECT_EQ(Addr(a.get()) / IoBufferSlabs::kHugePage, Addr(b.get()) / IoBufferSlabs::kHugePage);
+  std::memset(a.get(), 0x5a, kMiB);
+  pool.reset();
+  EXPECT_EQ(a.get()[kMiB - 1], 0x5a);  // still mapped: the slabs live as long as a buffer
+  a.reset();
+  b.reset();
 }
 
 }  // namespace
