@@ -81,15 +81,16 @@ SegmentReadAhead::Slot* SegmentReadAhead::Claim(uint64_t first, uint64_t last, b
   if (rank < 2 && slots_.size() < max_slots) return Prepare(AddSlot());
   if (rank == 1 && !demand) pick = nullptr;  // no read-ahead at the price of a re-read
   if (!pick && demand) {
-    // A reader that jumped back, or every slot is a read-ahead not used yet: give up the one
-    // furthest away (ahead of this request, or else the oldest behind it).
+    // A reader that jumped back, or every slot is a read-ahead not used yet: give up the ready
+    // segment furthest ahead of this request, or else the oldest behind it.
+    Slot* ahead = nullptr;
+    Slot* behind = nullptr;
     for (auto& s : slots_) {
-      if (s->state != Slot::State::kReady || (s->segment >= first && s->segment <= last)) continue;
-      if (!pick || (s->segment > last && (pick->segment < first || s->segment > pick->segment)) ||
-          (s->segment < first && pick->segment < first && s->segment < pick->segment)) {
-        pick = s.get();
-      }
+      if (s->state != Slot::State::kReady) continue;
+      if (s->segment > last && (!ahead || s->segment > ahead->segment)) ahead = s.get();
+      if (s->segment < first && (!behind || s->segment < behind->segment)) behind = s.get();
     }
+    pick = ahead ? ahead : behind;
   }
   return pick ? Prepare(pick) : nullptr;
 }

@@ -46,11 +46,10 @@ class TcpPeerServer : public PeerServer {
     std::string inbox;
   };
   enum class Inbox { kPartial, kFrame, kClose };
-  // A worker's reusable buffer for GET answers and PUT data: uninitialised (no page zeroing on
-  // each large request) and 4 KiB aligned, so that the engine can read a GET's segments into it
-  // with O_DIRECT (no copy out of its ring's buffers).
-  // A worker's GET buffer, in huge pages (kvfs/huge_pages.h): the handler reads whole segments
-  // into it with O_DIRECT.
+  // A worker's reusable buffer for GET answers and PUT data, mapped again only when a request
+  // outgrows it (no page zeroing on each large request), in transparent huge pages
+  // (kvfs/huge_pages.h): the engine reads a GET's segments into it with O_DIRECT, each one
+  // physical segment for the block layer (no copy out of its ring's buffers).
   struct Scratch {
     uint8_t* bytes = nullptr;
     size_t capacity = 0;
