@@ -4,7 +4,7 @@
 // A buffer from malloc is 4 KiB pages scattered over physical memory, so a 1 MiB O_DIRECT
 // request into it is 256 block-layer segments; a queue that takes fewer (virtio-blk: 254)
 // splits it, and the device sees about one request at a time. Inside one 2 MiB huge page the
-// same request is one segment (docs/fs.md, "Read path").
+// same request is one segment (docs/read_path.md, "Huge-page buffers").
 #pragma once
 
 #include <sys/mman.h>
