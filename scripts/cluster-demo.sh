@@ -66,7 +66,7 @@ for k in 1 2 3; do
   show "$KVFS" "$WORK/n$k/mnt" --data "$WORK/n$k/data" --capacity 512M \
     --etcd "http://127.0.0.1:$EP" --node-id "$k" --listen "127.0.0.1:$port" \
     --secret-file "$WORK/secret" --replicas 2 --lease-ttl 3
-  PID[$k]=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$WORK/n$k/mnt/.kvfs/status" | head -1)
+  PID[$k]=$(sed -n '/"pid"/{s/.*"pid": *\([0-9]*\).*/\1/p;q}' "$WORK/n$k/mnt/.kvfs/status")
 done
 show "$KVFSCTL" nodes "$WORK/n1/mnt"
 

@@ -121,7 +121,8 @@ awk -v s="$start" -v e="$end" -v mb=$((CHUNKS * CHUNK_MB)) \
 
 step "list them"
 echo "\$ ls -l $MNT/$MODEL | head"
-ls -l "$MNT/$MODEL" | head -n 6
+# sed reads to the end: with pipefail, `head` exiting early could kill ls with SIGPIPE (141).
+ls -l "$MNT/$MODEL" | sed -n 1,6p
 echo "... ($(ls "$MNT/$MODEL" | wc -l) files)"
 show du -sh "$MNT/$MODEL"
 show stat "$MNT/$MODEL/${names[0]}"
