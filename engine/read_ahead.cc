@@ -41,8 +41,11 @@ SegmentReadAhead::~SegmentReadAhead() {
     while (ring_->in_flight() > 0) ring_->Reap(ring_->in_flight(), [](uint64_t, Status) {});
     pool_->ReturnRing(std::move(ring_));
   }
+  // Read ahead and never asked for (still in flight at the end counts too: a prefetch at open
+  // of a file closed unread is as wasted as one that completed).
   for (auto& s : slots_) {
-    if (s->state == Slot::State::kReady && !s->asked) pool_->wasted.fetch_add(1);
+    const bool started = s->state == Slot::State::kReady || s->state == Slot::State::kInFlight;
+    if (started && !s->asked) pool_->wasted.fetch_add(1);
   }
   pool_->buffered_bytes.fetch_sub(buffered_);
 }
@@ -196,6 +199,25 @@ Result<ReadView> SegmentReadAhead::Read(uint64_t offset, size_t len) {
   // Outside the window's lock: the engine drops the record and tells the fs.
   if (!view.ok() && view.status().IsCorruption()) ctx_->ReportCorruption(layout_, view.status());
   return view;
+}
+
+void SegmentReadAhead::Prefetch(uint64_t offset, size_t len) {
+  const Layout& layout = *layout_;
+  if (offset >= layout.size || len == 0) return;
+  const uint64_t end = std::min<uint64_t>(layout.size, offset + len);
+  const uint64_t first = offset / seg_size_;
+  const uint64_t last = std::min<uint64_t>((end - 1) / seg_size_, first + depth_ - 1);
+  std::lock_guard lock(mu_);
+  for (uint64_t k = first; k <= last; ++k) {
+    if (Find(k)) continue;
+    if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
+    Slot* slot = Claim(first, last, false);
+    if (!slot) break;
+    if (Status st = Start(k, slot, false); !st.ok()) {
+      slot->state = Slot::State::kEmpty;  // a hint: the Read that comes reports the error
+      break;
+    }
+  }
 }
 
 Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {

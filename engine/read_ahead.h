@@ -27,6 +27,9 @@ class SegmentReadAhead final : public ChunkReader {
   // A corrupt segment is reported to the engine (EngineContext::ReportCorruption), which drops
   // the record; the read fails with that Corruption status.
   Result<ReadView> Read(uint64_t offset, size_t len) override;
+  // Starts the device reads of up to depth_ segments of the range, within the window and the
+  // pool's budget; the first Read finds them in flight (a hit, not a miss).
+  void Prefetch(uint64_t offset, size_t len) override;
 
  private:
   Result<ReadView> ReadLocked(uint64_t offset, size_t len);

@@ -29,6 +29,10 @@ bool RewrittenLately(const Inode* in) {
          MonotonicSeconds() - in->open->rewritten_at < kRewriteQuietSeconds;
 }
 
+// What a reader is asked to fetch at open: the kernel's first readahead window (about 2 MiB
+// with the read_ahead_kb of docs/operations.md), two engine segments, one peer piece.
+constexpr size_t kOpenPrefetchBytes = 2u << 20;
+
 }  // namespace
 
 void Namespace::ChooseCacheMode(Inode* in, FileHandle* fh, uint64_t view) {
@@ -220,6 +224,11 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       return st;
     }
   }
+  // A reader whose pages the kernel does not have (an open without keep_cache drops them,
+  // O_DIRECT goes around them) will READ from the start: the store begins now, while the
+  // open's reply and the application's first read(2) are on their way. With keep_cache the
+  // pages are likely cached, and a fetch would be device or network traffic for nothing.
+  if (fh->reader && (fh->direct_io || !fh->keep_cache)) fh->reader->Prefetch(0, kOpenPrefetchBytes);
   return fh;
 }
 

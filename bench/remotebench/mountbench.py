@@ -8,7 +8,10 @@ for the run (tests/pylib/kvfs_cluster.py), R=1; every object is published on nod
 to have node 1 as its only holder. Before each timed pass the page cache is dropped
 (/proc/sys/vm/drop_caches, root only: pass --no-drop-caches to skip, and the kvfs column then
 measures re-reads). One reader reads each object whole (open, readinto a buffer of the object's
-size, close), as a connector loads a chunk. CPU s/GiB: kvfs counts both daemons and the reader;
+size, close), as a connector loads a chunk. Node 2 has opened every object before (the
+byte-exact check), so its opens keep the page cache; with --first-open node 2 restarts before
+each pass and every open is its first of that version, as a connector's first load of a chunk
+another node wrote (the store then starts the fetch at open). CPU s/GiB: kvfs counts both daemons and the reader;
 redis counts the server and its client. Everything started here is stopped by PID.
 
 The numbers are for this machine (2 cores shared by both daemons, etcd, the reader and the
@@ -183,6 +186,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="timed passes per cell (median)")
     ap.add_argument("--iperf-seconds", type=int, default=3)
     ap.add_argument("--no-drop-caches", action="store_true")
+    ap.add_argument("--first-open", action="store_true",
+                    help="restart node 2 before each pass: every open is its first")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args()
     drop = not args.no_drop_caches
@@ -200,7 +205,8 @@ def main() -> int:
         c.start()
         redis = Redis(work)
         print("mountbench: node 2 reads whole chunks only node 1 holds, through its mount"
-              f" (page cache {'dropped' if drop else 'kept'} before each pass)")
+              f" (page cache {'dropped' if drop else 'kept'} before each pass"
+              f"{', node 2 restarted: first opens' if args.first_open else ''})")
         print(f"{args.set_mib} MiB per size, median of {args.repeat}; load average at start:"
               f" {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         header = ("size", "kvfs", "iperf3", "ratio", "redis", "ratio", "kvfs_cpu", "redis_cpu")
@@ -230,6 +236,12 @@ def main() -> int:
             kv, kv_cpu, rd, rd_cpu, ip = [], [], [], [], []
             for _ in range(args.repeat):
                 ip.append(iperf3_one_stream(args.iperf_seconds, work))
+                if args.first_open:
+                    c.stop(2)
+                    c.restart(2)
+                    c.wait_state(2, 1, "up", 30.0)
+                    for name in names:
+                        c.wait_exists(2, name, 30.0)
                 drop_caches(drop)
                 rate, cpu = read_mount_pass(c, names, size, buf)
                 kv.append(rate)

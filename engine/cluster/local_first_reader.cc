@@ -23,6 +23,8 @@ ChunkReader* LocalFirstReader::Current() {
   return remote_ ? remote_.get() : local_.get();
 }
 
+void LocalFirstReader::Prefetch(uint64_t offset, size_t len) { Current()->Prefetch(offset, len); }
+
 Result<ReadView> LocalFirstReader::Read(uint64_t offset, size_t len) {
   ChunkReader* reader = Current();
   Result<ReadView> view = reader->Read(offset, len);

@@ -20,6 +20,7 @@ class LocalFirstReader final : public ChunkReader {
   LocalFirstReader(std::unique_ptr<ChunkReader> local, ClusterStore* store, TaskPool* pool,
                    uint64_t chunk, uint64_t size, const HolderList& holders);
   Result<ReadView> Read(uint64_t offset, size_t len) override;
+  void Prefetch(uint64_t offset, size_t len) override;
 
  private:
   ChunkReader* Current();

@@ -67,6 +67,15 @@ void PeerReader::Fetch(uint64_t index, const std::shared_ptr<Piece>& piece) {
   shared_->cv.notify_all();
 }
 
+void PeerReader::Prefetch(uint64_t offset, size_t len) {
+  if (offset >= size_ || len == 0) return;
+  const uint64_t end = std::min<uint64_t>(size_, offset + len);
+  const uint64_t first = offset / kPiece;
+  const uint64_t last = std::min<uint64_t>((end - 1) / kPiece, first + kAhead - 1);
+  std::lock_guard lock(shared_->mu);
+  for (uint64_t i = first; i <= last; ++i) Request(i);
+}
+
 Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
   ReadView view;
   if (offset >= size_ || len == 0) return view;

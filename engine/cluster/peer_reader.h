@@ -27,6 +27,7 @@ class PeerReader final : public ChunkReader {
              const HolderList& holders);
   ~PeerReader() override;
   Result<ReadView> Read(uint64_t offset, size_t len) override;
+  void Prefetch(uint64_t offset, size_t len) override;  // GETs up to kAhead pieces of the range
 
  private:
   struct Piece {

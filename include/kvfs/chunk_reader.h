@@ -31,6 +31,13 @@ class ChunkReader {
   // after the store dropped the record, counted and told its listener; a failed device or peer
   // read gives EIO once every copy was tried.
   virtual Result<ReadView> Read(uint64_t offset, size_t len) = 0;
+  // A hint that [offset, offset + len) is about to be read: a store may start fetching it now,
+  // so that the first Read finds it on its way. Returns at once (it never waits on a device or
+  // a peer); whatever goes wrong is left for Read to find and report.
+  virtual void Prefetch(uint64_t offset, size_t len) {
+    (void)offset;
+    (void)len;
+  }
 };
 
 }  // namespace kvfs

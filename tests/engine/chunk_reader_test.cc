@@ -145,6 +145,50 @@ TEST(ChunkReaderTest, ReadsTakenOutOfOrderKeepTheReadAheadWindow) {
   EXPECT_LE(after.bytes_read - before.bytes_read, data.size());  // no segment read twice
 }
 
+// The fs asks a reader to prefetch at open: the first READ then finds its segments in flight
+// or read (a hit), where without the hint it is a miss that waits on a fresh device read. A
+// prefetch nobody reads is counted as wasted; one past the end or of nothing reads nothing.
+TEST(ChunkReaderTest, PrefetchStartsTheFirstSegmentsBeforeTheFirstRead) {
+  TempDir dir;
+  auto e = OpenOk(Opts(dir.path()));
+  ASSERT_NE(e, nullptr);
+  const auto data = Pattern(12 * kMiB + 5, 9);
+  LayoutRef l = WriteChunk(*e, data);
+  ASSERT_TRUE(Publish(*e, e->NewId(), "f", l).ok());
+  {
+    auto r = e->NewReader(l);
+    ASSERT_TRUE(r.ok());
+    const StoreStats before = e->Stats();
+    (*r)->Prefetch(0, 2 * kMiB);
+    ExpectRange(**r, data, 0, 1008 * 1024);
+    ExpectRange(**r, data, 1008 * 1024, 1008 * 1024);
+    const StoreStats after = e->Stats();
+    EXPECT_EQ(after.readahead_misses - before.readahead_misses, 0u);
+    EXPECT_GE(after.readahead_hits - before.readahead_hits, 3u);
+    ExpectRange(**r, data, 0, data.size());
+  }
+  {
+    auto r = e->NewReader(l);  // no hint: the first READ waits for its segment
+    ASSERT_TRUE(r.ok());
+    const StoreStats before = e->Stats();
+    ExpectRange(**r, data, 0, 1008 * 1024);
+    EXPECT_EQ(e->Stats().readahead_misses - before.readahead_misses, 1u);
+  }
+  {
+    const StoreStats before = e->Stats();
+    {
+      auto r = e->NewReader(l);
+      ASSERT_TRUE(r.ok());
+      (*r)->Prefetch(data.size(), kMiB);
+      (*r)->Prefetch(kMiB, 0);
+      (*r)->Prefetch(3 * kMiB, 64 * kMiB);  // at most the read-ahead depth (8) of segments
+    }
+    const StoreStats after = e->Stats();
+    EXPECT_EQ(after.readahead_wasted - before.readahead_wasted, 8u);  // segments 3..10
+    EXPECT_EQ(after.readahead_misses - before.readahead_misses, 0u);
+  }
+}
+
 TEST(ChunkReaderTest, CorruptionMidReadFailsThatSegmentOnlyAndDropsTheRecordOnce) {
   TempDir dir;
   auto e = OpenOk(Opts(dir.path()));

@@ -96,6 +96,52 @@ TEST_F(MountReadPathTest, ColdReadRepliesAreSplicedNotCopied) {
   EXPECT_TRUE(served_by_cache);
 }
 
+// An open whose pages the kernel cannot have (the first open after a restart, O_DIRECT) starts
+// the store on the file's first segments, so the first READ finds them on their way; an open
+// that keeps the page cache fetches nothing, since its pages are likely cached.
+TEST_F(MountReadPathTest, ColdOpensPrefetchTheFirstSegmentsCachedOpensDoNot) {
+  if (memory_store()) GTEST_SKIP() << "the memory store reads nothing from a device";
+  const std::string data = RandomBytes((8 << 20) + 77, 21);
+  WriteFile(P("p"), data);
+  WriteFile(P("q"), data);
+  ASSERT_EQ(Stop(), 0);
+  Start();
+  auto before = Stats();
+  {
+    int fd = open(P("p").c_str(), O_RDONLY);  // no cached view after the restart
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(ReadRange(fd, 0, 4096, 4096), data.substr(0, 4096));
+    close(fd);
+  }
+  auto first = Stats();
+  EXPECT_EQ(first["readahead_misses"], before["readahead_misses"]) << "the first READ waited";
+  EXPECT_GT(first["readahead_hits"], before["readahead_hits"]);
+  // Opened and closed unread: its prefetch is counted wasted when the reader goes, at RELEASE,
+  // which the kernel sends after close(2) returns. Waits for `want` more since `start`.
+  auto open_unread = [&](const char* name, int flags, uint64_t start, uint64_t want) {
+    int fd = open(P(name).c_str(), flags);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::map<std::string, uint64_t> now = Stats();
+    for (int i = 0; i < 500 && now["readahead_wasted"] < start + want; ++i) {
+      usleep(10000);
+      now = Stats();
+    }
+    EXPECT_EQ(now["readahead_wasted"] - start, want) << name << ": two segments prefetched";
+  };
+  open_unread("q", O_RDONLY | O_DIRECT, Stats()["readahead_wasted"], 2);
+  // "p" is this daemon's cached view now: a re-open keeps the page cache and fetches nothing
+  // (then "q" again, whose release comes after that of "p": only its 2 segments count).
+  EXPECT_EQ(ReadFile(P("p")), data);
+  const uint64_t start = Stats()["readahead_wasted"];
+  {
+    int fd = open(P("p").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    close(fd);
+  }
+  open_unread("q", O_RDONLY | O_DIRECT, start, 2);
+}
+
 TEST_F(MountReadPathTest, ReadAheadIsByteExactSequentialRandomAndConcurrent) {
   ASSERT_EQ(Stop(), 0);
   Start({"--compress", "lz4"});

@@ -1,0 +1,175 @@
+"""Reads of chunks through a cluster's mounts from the other node's copy (tests/pylib/
+kvfs_cluster.py, 2 nodes on loopback): an open that the kernel's page cache cannot serve starts
+the fetch of the first piece; concurrent READs of one remote handle are byte-exact; a corrupt
+copy, remote or local, never reaches the reader.
+
+Every test starts its own cluster with a 1 s request timeout and stops it by PID at the end;
+reads that may fail run in a child process with a hard timeout."""
+
+import errno
+import json
+import os
+import threading
+import unittest
+
+from kvfs_cluster import start_cluster, wait_until
+from kvfs_testlib import chunk_bytes
+from test_cluster_mount import (DOWN_S, READ_BOUND_S, REPAIR_S, REQUEST_TIMEOUT_MS, VISIBLE_S,
+                                holder_ids)
+
+
+def gets_sent(c, k, to):
+    """GETs node k has sent to node `to` (its .kvfs/nodes row for that peer)."""
+    (row,) = [n for n in c.nodes_json(k)["nodes"] if n["id"] == to]
+    return int(row.get("gets_sent", 0))
+
+
+class ClusterRemoteReads(unittest.TestCase):
+    def cluster(self, **kw):
+        kw.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
+        return start_cluster(self, **kw)
+
+    def assert_read_ok_bounded(self, c, k, rel, name, size):
+        r = c.read_in_subprocess(k, rel, timeout=READ_BOUND_S + 20)
+        self.assertFalse(r["timed_out"], f"read of {rel} on node {k} hung")
+        self.assertTrue(r["ok"], f"read of {rel} on node {k} failed: errno {r['errno']}")
+        self.assertEqual(len(r["data"]), size, f"{rel} on node {k}")
+        self.assertTrue(r["data"] == chunk_bytes(name, size), f"{rel} on node {k}: content")
+
+    def publish_remote_to_2(self, c, name, data):
+        """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
+        node 2's reads of it are remote (R=1)."""
+        c.publish(1, name, data)
+        c.wait_exists(2, name, VISIBLE_S)
+        loc = c.location(2, name)
+        self.assertEqual(holder_ids(loc), [1], loc)
+        self.assertFalse(loc["local"], loc)
+
+    def test_concurrent_reads_of_one_remote_handle_are_byte_exact(self):
+        # Node 2 holds nothing: every READ goes through its PeerReader. Several threads read
+        # one O_DIRECT handle (each pread is one READ) in interleaved stripes, out of order,
+        # then a buffered whole-file read lets the kernel's readahead send READs in parallel.
+        c = self.cluster(n=2, replicas=1)
+        size = 24 * (1 << 20) + 321
+        data = chunk_bytes("remote-concurrent", size)
+        self.publish_remote_to_2(c, "rc", data)
+        fd = os.open(c.path(2, "rc"), os.O_RDONLY | os.O_DIRECT)
+        wrong = []
+        stripe = 192 * 1024
+
+        def reader(t):
+            for rnd in range(2):
+                offsets = list(range(t * stripe, size, 4 * stripe))
+                if (t + rnd) % 2:
+                    offsets.reverse()
+                for off in offsets:
+                    got = os.pread(fd, stripe, off)
+                    if got != data[off:off + stripe]:
+                        wrong.append((t, off, len(got)))
+        try:
+            threads = [threading.Thread(target=reader, args=(t,)) for t in range(4)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        finally:
+            os.close(fd)
+        self.assertEqual(wrong, [])
+        self.assert_read_ok_bounded(c, 2, "rc", "remote-concurrent", size)
+
+    def test_a_cold_open_fetches_the_first_piece_a_cached_one_does_not(self):
+        # Node 2's first open of a chunk only node 1 holds cannot be served by its page cache:
+        # the fetch of the first piece starts at open, before the first READ. A re-open of the
+        # version node 2 has read keeps the page cache and sends nothing.
+        c = self.cluster(n=2, replicas=1)
+        size = 5 * (1 << 20) + 9
+        data = chunk_bytes("prefetch", size)
+        self.publish_remote_to_2(c, "pf", data)
+
+        def open_close(flags, since, want):
+            fd = os.open(c.path(2, "pf"), flags)
+            os.close(fd)
+            wait_until(lambda: gets_sent(c, 2, 1) >= since + want, VISIBLE_S, 0.01,
+                       what="node 2's prefetch GET")
+            self.assertEqual(gets_sent(c, 2, 1), since + want)
+
+        open_close(os.O_RDONLY, gets_sent(c, 2, 1), 1)  # one 2 MiB piece
+        with open(c.path(2, "pf"), "rb") as f:
+            self.assertTrue(f.read() == data)
+        since = gets_sent(c, 2, 1)
+        fd = os.open(c.path(2, "pf"), os.O_RDONLY)  # keeps the page cache: no GET
+        os.close(fd)
+        open_close(os.O_RDONLY | os.O_DIRECT, since, 1)  # around the cache: one GET, not two
+
+    def flip_stored_byte(self, c, k, data):
+        """Flips one byte of node k's (stopped) copy of `data`, in its second MiB, on node k's
+        device file (found by its content: the chunk is stored raw, its bytes do not compress)."""
+        probe = data[(3 << 19):(3 << 19) + 4096]
+        hits = []
+        for dirpath, _, names in os.walk(c.node(k).mount.data):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "r+b") as f:
+                    blob = f.read()
+                    at = blob.find(probe)
+                    if at >= 0:
+                        f.seek(at + 100)
+                        f.write(bytes([blob[at + 100] ^ 0x5A]))
+                        hits.append(path)
+        self.assertEqual(len(hits), 1, f"node {k}'s copy found in {hits}")
+
+    def test_corrupt_remote_copy_never_reaches_the_reader(self):
+        # The holder sends its stored segments unchecked, with their stored checksums, and the
+        # reader checks them (one checksum end to end). A copy that went bad on the holder's
+        # disk must still never give the reader a wrong byte: the reader's check fails, it asks
+        # again with the holder checking, the holder finds the damage and drops its copy, and
+        # the read fails with EIO. R=1: the only copy is gone, and so is the file everywhere.
+        c = self.cluster(n=2, replicas=1)
+        size = 3 * (1 << 20) + 5
+        data = chunk_bytes("remote-bitrot", size)
+        self.publish_remote_to_2(c, "rb", data)
+        c.stop(1)
+        self.flip_stored_byte(c, 1, data)
+        c.restart(1)
+        c.wait_state(2, 1, "up", DOWN_S)
+        r = c.read_in_subprocess(2, "rb", timeout=READ_BOUND_S + 20)
+        self.assertFalse(r["timed_out"], "read of a corrupt remote copy hung")
+        self.assertFalse(r["ok"], "a corrupt remote copy was read without an error")
+        self.assertEqual(r["errno"], errno.EIO)
+        self.assertIn("digest mismatch", c.log(2))
+        wait_until(lambda: "is gone (corrupt)" in c.log(1), REPAIR_S, 0.1,
+                   what="node 1 drops its corrupt copy")
+        with open(c.path(1, ".kvfs/status")) as f:
+            self.assertGreaterEqual(json.load(f)["checksum_failures"], 1)
+        c.wait_gone(2, "rb", VISIBLE_S)
+
+    def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
+        c = self.cluster(n=2, replicas=2)
+        size = 3 * (1 << 20) + 5
+        data = chunk_bytes("bitrot", size)
+        c.publish(1, "bitrot", data)
+        c.wait_exists(2, "bitrot", VISIBLE_S)
+        self.assertEqual(sorted(holder_ids(c.location(1, "bitrot"))), [1, 2])
+        c.stop(1)
+        self.flip_stored_byte(c, 1, data)
+        c.restart(1)
+        # Node 1 reads its own copy first, finds the bad bytes, and finishes the read from node
+        # 2's copy: the application never sees EIO nor a wrong byte.
+        self.assert_read_ok_bounded(c, 1, "bitrot", "bitrot", size)
+        with open(c.path(1, ".kvfs/status")) as f:
+            status = json.load(f)
+        self.assertGreaterEqual(status["checksum_failures"], 1, status)
+        # The bad copy leaves the holder list (node 1 logs it once it no longer holds the
+        # chunk) and node 2, the one good holder, repairs: node 1 holds a copy again, which
+        # after that log line can only be a fresh one.
+        wait_until(lambda: "is gone (corrupt)" in c.log(1), REPAIR_S, 0.1,
+                   what="node 1 drops its corrupt copy")
+        wait_until(lambda: c.nodes_json(2)["repair"]["repaired_chunks"] >= 1
+                   and c.location(1, "bitrot")["local"]
+                   and sorted(holder_ids(c.location(2, "bitrot"))) == [1, 2],
+                   REPAIR_S, 0.2, what="node 2 repaired node 1's copy")
+        # The repaired copy alone, through a fresh mount (no page cache), with node 2 gone.
+        c.stop(2)
+        c.stop(1)
+        c.restart(1)
+        self.assert_read_ok_bounded(c, 1, "bitrot", "bitrot", size)
