@@ -37,7 +37,7 @@ uint8_t* IoBufferSlabs::SlabOf(uint8_t* buffer) const {
   // A slab of several buffers is one huge page; a larger one holds a single buffer.
   if (per_slab_ == 1) return buffer;
   return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(buffer) &
-                                    ~uintptr_t{kHugePage - 1});
+                                    ~uintptr_t{kHugePageBytes - 1});
 }
 
 void IoBufferSlabs::Free(uint8_t* buffer) {

@@ -17,8 +17,6 @@ namespace kvfs {
 
 class IoBufferSlabs {
  public:
-  static constexpr size_t kHugePage = kHugePageBytes;
-
   // Every buffer is `buffer_bytes` (a multiple of 4 KiB), 4 KiB aligned. A slab is 2 MiB or
   // `buffer_bytes` rounded up to 2 MiB, and holds slab / buffer_bytes buffers.
   explicit IoBufferSlabs(size_t buffer_bytes);

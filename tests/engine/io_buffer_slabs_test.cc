@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kvfs/huge_pages.h"
 #include "read_ahead_pool.h"
 
 namespace kvfs {
@@ -42,15 +43,14 @@ TEST(IoBufferSlabsTest, BuffersAreAlignedDisjointAndInsideOneHugePage) {
   for (size_t size : {kMiB, 768 * 1024ul, 512 * 1024ul}) {
     SCOPED_TRACE(size);
     IoBufferSlabs slabs(size);
-    const size_t per_slab = IoBufferSlabs::kHugePage / size;
+    const size_t per_slab = kHugePageBytes / size;
     std::vector<uint8_t*> bufs;
     for (size_t i = 0; i < 2 * per_slab + 1; ++i) {
       uint8_t* b = slabs.Allocate();
       ASSERT_NE(b, nullptr);
       EXPECT_EQ(Addr(b) % 4096, 0u);
       // Inside one huge page: one physical segment for the block layer.
-      EXPECT_EQ(Addr(b) / IoBufferSlabs::kHugePage,
-                (Addr(b) + size - 1) / IoBufferSlabs::kHugePage);
+      EXPECT_EQ(Addr(b) / kHugePageBytes, (Addr(b) + size - 1) / kHugePageBytes);
       std::memset(b, static_cast<int>(i + 1), size);
       bufs.push_back(b);
     }
@@ -96,8 +96,8 @@ TEST(IoBufferSlabsTest, BuffersLargerThanAHugePageGetASlabEach) {
   uint8_t* b = slabs.Allocate();
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(Addr(a) % IoBufferSlabs::kHugePage, 0u);
-  EXPECT_EQ(Addr(b) % IoBufferSlabs::kHugePage, 0u);
+  EXPECT_EQ(Addr(a) % kHugePageBytes, 0u);
+  EXPECT_EQ(Addr(b) % kHugePageBytes, 0u);
   EXPECT_EQ(slabs.mapped_slabs(), 2u);
   std::memset(a, 1, 3 * kMiB);
   std::memset(b, 2, 3 * kMiB);
@@ -127,7 +127,7 @@ TEST(IoBufferSlabsTest, ThePoolsBuffersAreSlabBuffersThatOutliveThePool) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(VmFlagsOf(a.get()).find(" hg"), std::string::npos);
   // Two 1 MiB buffers from one 2 MiB huge page.
-  EXPECT_EQ(Addr(a.get()) / IoBufferSlabs::kHugePage, Addr(b.get()) / IoBufferSlabs::kHugePage);
+  EXPECT_EQ(Addr(a.get()) / kHugePageBytes, Addr(b.get()) / kHugePageBytes);
   std::memset(a.get(), 0x5a, kMiB);
   pool.reset();
   EXPECT_EQ(a.get()[kMiB - 1], 0x5a);  // still mapped: the slabs live as long as a buffer
