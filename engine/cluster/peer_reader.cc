@@ -3,12 +3,24 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "cluster_store.h"
 #include "namespace_keys.h"
 #include "task_pool.h"
 
 namespace kvfs::cluster {
+namespace {
+
+std::atomic<uint64_t> g_held_bytes{0};
+
+}  // namespace
+
+uint64_t PeerReader::HeldBytes() { return g_held_bytes.load(); }
+
+PeerReader::Piece::Piece(size_t n) : charged(n) { g_held_bytes.fetch_add(charged); }
+
+PeerReader::Piece::~Piece() { g_held_bytes.fetch_sub(charged); }
 
 PeerReader::PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
                        const HolderList& holders)
@@ -20,9 +32,11 @@ PeerReader::~PeerReader() {
   shared_->cv.wait(lock, [&] { return shared_->in_flight == 0; });
 }
 
-void PeerReader::Request(uint64_t index) {
+void PeerReader::Request(uint64_t index, bool ahead) {
   if (index * kPiece >= size_ || shared_->pieces.count(index)) return;
-  auto piece = std::make_shared<Piece>();
+  const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, size_ - index * kPiece));
+  if (ahead && g_held_bytes.load() + len > kAheadBudget) return;
+  auto piece = std::make_shared<Piece>(len);
   shared_->pieces[index] = piece;
   ++shared_->in_flight;
   pool_->Post([this, index, piece] { Fetch(index, piece); });
@@ -73,7 +87,7 @@ void PeerReader::Prefetch(uint64_t offset, size_t len) {
   const uint64_t first = offset / kPiece;
   const uint64_t last = std::min<uint64_t>((end - 1) / kPiece, first + kAhead - 1);
   std::lock_guard lock(shared_->mu);
-  for (uint64_t i = first; i <= last; ++i) Request(i);
+  for (uint64_t i = first; i <= last; ++i) Request(i, /*ahead=*/true);
 }
 
 Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
@@ -90,7 +104,7 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
       ++it;
     }
   }
-  for (uint64_t i = first; i <= last + kAhead; ++i) Request(i);
+  for (uint64_t i = first; i <= last + kAhead; ++i) Request(i, /*ahead=*/i > last);
   // Taken before waiting: while this read waits, a concurrent READ further on may drop these
   // pieces from the map (they are behind it).
   std::vector<std::shared_ptr<Piece>> wanted;

@@ -22,6 +22,11 @@ class PeerReader final : public ChunkReader {
  public:
   static constexpr size_t kPiece = 2u << 20;  // bytes per GET
   static constexpr size_t kAhead = 4;         // pieces fetched ahead of the reader
+  // Pieces fetched ahead of a reader or prefetched at open are skipped while all readers of
+  // the process together hold more than this (a piece a READ waits for is always fetched):
+  // many handles opened and barely read must not pin 10 MiB each.
+  static constexpr uint64_t kAheadBudget = 256u << 20;
+  static uint64_t HeldBytes();  // in all readers' pieces, process-wide
 
   PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
              const HolderList& holders);
@@ -31,10 +36,13 @@ class PeerReader final : public ChunkReader {
 
  private:
   struct Piece {
+    explicit Piece(size_t charged);
+    ~Piece();  // gives its bytes back to HeldBytes()
     std::shared_ptr<uint8_t[]> buf;
     size_t len = 0;
     bool done = false;
     Status status;
+    const size_t charged;  // counted in HeldBytes() from creation
   };
   struct Shared {
     std::mutex mu;
@@ -42,7 +50,9 @@ class PeerReader final : public ChunkReader {
     std::map<uint64_t, std::shared_ptr<Piece>> pieces;  // by index
     size_t in_flight = 0;
   };
-  void Request(uint64_t index);  // shared_->mu held
+  // Starts the GET of piece `index` unless it exists or is past the end; one that no READ is
+  // waiting for (`ahead`) only within kAheadBudget. shared_->mu held.
+  void Request(uint64_t index, bool ahead);
   void Fetch(uint64_t index, const std::shared_ptr<Piece>& piece);
 
   ClusterStore* const store_;

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import threading
+import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
@@ -100,6 +101,40 @@ class ClusterRemoteReads(unittest.TestCase):
         fd = os.open(c.path(2, "pf"), os.O_RDONLY)  # keeps the page cache: no GET
         os.close(fd)
         open_close(os.O_RDONLY | os.O_DIRECT, since, 1)  # around the cache: one GET, not two
+
+    def test_files_held_open_unread_prefetch_within_a_budget(self):
+        # 150 remote files of one 2 MiB piece each, opened on node 2 and held open unread: the
+        # prefetches stop at the readers' budget (256 MiB, 128 pieces) instead of pinning
+        # 300 MiB; closed, the budget is free again, and every file still reads byte-exact.
+        c = self.cluster(n=2, replicas=1, capacity="512M")  # 300 MiB of files, no eviction
+        size = 2 << 20
+        names = [f"held/f{i}" for i in range(150)]
+        os.mkdir(c.path(1, "held"))
+        for name in names:
+            c.publish(1, name, chunk_bytes(name, size))
+        for name in names:
+            c.wait_exists(2, name, VISIBLE_S)
+        self.assertEqual(holder_ids(c.location(2, names[-1])), [1])
+        before = gets_sent(c, 2, 1)
+        fds = [os.open(c.path(2, name), os.O_RDONLY) for name in names]
+        try:
+            wait_until(lambda: gets_sent(c, 2, 1) - before >= 128, VISIBLE_S, 0.05,
+                       what="node 2's prefetches")
+            self.assertEqual(gets_sent(c, 2, 1) - before, 128)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        # Releases come after close(2) returns: the budget is free once they are done.
+        def prefetches_again():
+            since = gets_sent(c, 2, 1)
+            fd = os.open(c.path(2, names[0]), os.O_RDONLY | os.O_DIRECT)
+            os.close(fd)
+            time.sleep(0.05)
+            return gets_sent(c, 2, 1) > since
+        wait_until(prefetches_again, VISIBLE_S, 0.05, what="a prefetch after the releases")
+        for name in (names[0], names[77], names[-1]):
+            with open(c.path(2, name), "rb") as f:
+                self.assertTrue(f.read() == chunk_bytes(name, size), name)
 
     def flip_stored_byte(self, c, k, data):
         """Flips one byte of node k's (stopped) copy of `data`, in its second MiB, on node k's
