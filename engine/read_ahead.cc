@@ -38,7 +38,6 @@ SegmentReadAhead::SegmentReadAhead(std::shared_ptr<EngineContext> ctx, LayoutRef
 SegmentReadAhead::~SegmentReadAhead() {
   // The kernel may still be writing into window buffers: wait for every read before freeing.
   if (ring_) {
-    pool_->device_reads.fetch_sub(static_cast<uint32_t>(ring_->in_flight()));
     while (ring_->in_flight() > 0) ring_->Reap(ring_->in_flight(), [](uint64_t, Status) {});
     pool_->ReturnRing(std::move(ring_));
   }
@@ -161,7 +160,6 @@ Status SegmentReadAhead::Start(uint64_t segment, Slot* slot, bool demand) {
       std::find_if(slots_.begin(), slots_.end(), [&](auto& s) { return s.get() == slot; }) -
       slots_.begin());
   KVFS_RETURN_IF_ERROR(ring_->Submit(op, token));
-  pool_->device_reads.fetch_add(1);
   slot->state = Slot::State::kInFlight;
   return Status::Ok();
 }
@@ -170,7 +168,6 @@ void SegmentReadAhead::Complete(uint64_t token, Status st) {
   if (token >= slots_.size()) return;
   Slot& slot = *slots_[token];
   if (slot.state != Slot::State::kInFlight) return;
-  pool_->device_reads.fetch_sub(1);
   const Segment& seg = *layout_->Find(slot.segment);  // in flight: a stored segment
   if (st.ok()) {
     ctx_->counters().bytes_read.fetch_add(seg.stored_len);
@@ -214,7 +211,6 @@ void SegmentReadAhead::Prefetch(uint64_t offset, size_t len) {
   for (uint64_t k = first; k <= last; ++k) {
     if (Find(k)) continue;
     if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
-    if (pool_->device_reads.load() >= pool_->max_device_reads) break;
     Slot* slot = Claim(first, last, false);
     if (!slot) break;
     if (Status st = Start(k, slot, false); !st.ok()) {
@@ -273,7 +269,6 @@ Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
     for (uint64_t k = last + 1; k <= stop; ++k) {
       if (Find(k)) continue;
       if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
-      if (pool_->device_reads.load() >= pool_->max_device_reads) break;
       Slot* slot = Claim(first, last, false);
       if (!slot) break;
       if (Status st = Start(k, slot, false); !st.ok()) {

@@ -46,11 +46,6 @@ class ReadAheadPool : public std::enable_shared_from_this<ReadAheadPool> {
   // Bytes of window buffers over all readers of the engine, against budget_bytes.
   std::atomic<uint64_t> buffered_bytes{0};
   uint64_t budget_bytes = 256ull << 20;
-  // Segment reads submitted and not yet reaped, over all readers. Read-ahead waits while
-  // max_device_reads are in flight, so several readers share the disk's depth instead of each
-  // adding its own window to the queue (a READ's own segment is always read).
-  std::atomic<uint32_t> device_reads{0};
-  uint32_t max_device_reads = 12;
 
  private:
   void Recycle(uint8_t* buffer);
