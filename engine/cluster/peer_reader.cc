@@ -12,11 +12,9 @@
 namespace kvfs::cluster {
 namespace {
 
-std::atomic<uint64_t> g_held_bytes{0};
+std::atomic<uint64_t> g_held_bytes{0};  // in all readers' pieces, against kAheadBudget
 
 }  // namespace
-
-uint64_t PeerReader::HeldBytes() { return g_held_bytes.load(); }
 
 PeerReader::Piece::Piece(size_t n) : charged(n) { g_held_bytes.fetch_add(charged); }
 
@@ -96,9 +94,13 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
   len = static_cast<size_t>(std::min<uint64_t>(len, size_ - offset));
   const uint64_t first = offset / kPiece, last = (offset + len - 1) / kPiece;
   std::unique_lock lock(shared_->mu);
-  // Pieces behind the reader are done with; a jump elsewhere drops what was read ahead.
+  // Pieces behind the reader are done with; a jump elsewhere drops what was read ahead. A
+  // piece of this read that failed is fetched again: its GET may have gone ahead of any READ
+  // (at open, or read-ahead), and its holder may be back by now.
   for (auto it = shared_->pieces.begin(); it != shared_->pieces.end();) {
-    if ((it->first < first || it->first > last + kAhead) && it->second->done) {
+    const bool elsewhere = it->first < first || it->first > last + kAhead;
+    const bool failed = it->first <= last && !it->second->status.ok();
+    if ((elsewhere || failed) && it->second->done) {
       it = shared_->pieces.erase(it);
     } else {
       ++it;

@@ -26,7 +26,6 @@ class PeerReader final : public ChunkReader {
   // the process together hold more than this (a piece a READ waits for is always fetched):
   // many handles opened and barely read must not pin 10 MiB each.
   static constexpr uint64_t kAheadBudget = 256u << 20;
-  static uint64_t HeldBytes();  // in all readers' pieces, process-wide
 
   PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
              const HolderList& holders);
@@ -37,12 +36,12 @@ class PeerReader final : public ChunkReader {
  private:
   struct Piece {
     explicit Piece(size_t charged);
-    ~Piece();  // gives its bytes back to HeldBytes()
+    ~Piece();  // gives its bytes back to the budget
     std::shared_ptr<uint8_t[]> buf;
     size_t len = 0;
     bool done = false;
     Status status;
-    const size_t charged;  // counted in HeldBytes() from creation
+    const size_t charged;  // counted against kAheadBudget from creation
   };
   struct Shared {
     std::mutex mu;

@@ -32,8 +32,8 @@ class ChunkReader {
   // read gives EIO once every copy was tried.
   virtual Result<ReadView> Read(uint64_t offset, size_t len) = 0;
   // A hint that [offset, offset + len) is about to be read: a store may start fetching it now,
-  // so that the first Read finds it on its way. Returns at once (it never waits on a device or
-  // a peer); whatever goes wrong is left for Read to find and report.
+  // so that the first Read finds it on its way. It does not wait for the data; whatever goes
+  // wrong is left for Read, which tries again what failed.
   virtual void Prefetch(uint64_t offset, size_t len) {
     (void)offset;
     (void)len;

@@ -8,7 +8,9 @@ reads that may fail run in a child process with a hard timeout."""
 
 import errno
 import json
+import mmap
 import os
+import signal
 import threading
 import time
 import unittest
@@ -17,6 +19,9 @@ from kvfs_cluster import start_cluster, wait_until
 from kvfs_testlib import chunk_bytes
 from test_cluster_mount import (DOWN_S, READ_BOUND_S, REPAIR_S, REQUEST_TIMEOUT_MS, VISIBLE_S,
                                 holder_ids)
+
+# A holder that let a request time out is not asked again for this long (kSuspectFor).
+SUSPECT_S = 10.5
 
 
 def gets_sent(c, k, to):
@@ -135,6 +140,32 @@ class ClusterRemoteReads(unittest.TestCase):
         for name in (names[0], names[77], names[-1]):
             with open(c.path(2, name), "rb") as f:
                 self.assertTrue(f.read() == chunk_bytes(name, size), name)
+
+    def test_a_prefetch_that_failed_is_tried_again_by_the_read(self):
+        # The holder is frozen when node 2 opens the file: the GET started at open times out
+        # and the holder is skipped for 10 s. It comes back; a read after that must fetch
+        # again, not fail with the error of a GET no READ had asked for.
+        c = self.cluster(n=2, replicas=1)
+        size = 3 * (1 << 20) + 11
+        data = chunk_bytes("refetch", size)
+        self.publish_remote_to_2(c, "rf", data)
+        pid = c.node(1).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # O_DIRECT: the READ's error reaches the reader (a failed readahead READ of a
+            # buffered read is retried by the kernel with a READ of its own).
+            fd = os.open(c.path(2, "rf"), os.O_RDONLY | os.O_DIRECT)
+            time.sleep(REQUEST_TIMEOUT_MS / 1000 + 1)  # the prefetch has timed out by now
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        try:
+            time.sleep(SUSPECT_S)  # node 2 asks node 1 again only after this
+            buf = mmap.mmap(-1, (size + 4095) // 4096 * 4096)  # page-aligned, for O_DIRECT
+            got = os.preadv(fd, [buf], 0)
+            self.assertEqual(got, size)
+            self.assertTrue(buf[:size] == data)
+        finally:
+            os.close(fd)
 
     def flip_stored_byte(self, c, k, data):
         """Flips one byte of node k's (stopped) copy of `data`, in its second MiB, on node k's
