@@ -15,7 +15,8 @@ import threading
 import time
 import unittest
 
-from kvfs_cluster import start_cluster, wait_until
+import test_cluster_mount as base  # a module, not its class: its tests are not run from here
+from kvfs_cluster import wait_until
 from kvfs_testlib import chunk_bytes
 from test_cluster_mount import (DOWN_S, READ_BOUND_S, REPAIR_S, REQUEST_TIMEOUT_MS, VISIBLE_S,
                                 holder_ids)
@@ -31,16 +32,9 @@ def gets_sent(c, k, to):
 
 
 class ClusterRemoteReads(unittest.TestCase):
-    def cluster(self, **kw):
-        kw.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
-        return start_cluster(self, **kw)
-
-    def assert_read_ok_bounded(self, c, k, rel, name, size):
-        r = c.read_in_subprocess(k, rel, timeout=READ_BOUND_S + 20)
-        self.assertFalse(r["timed_out"], f"read of {rel} on node {k} hung")
-        self.assertTrue(r["ok"], f"read of {rel} on node {k} failed: errno {r['errno']}")
-        self.assertEqual(len(r["data"]), size, f"{rel} on node {k}")
-        self.assertTrue(r["data"] == chunk_bytes(name, size), f"{rel} on node {k}: content")
+    # The same cluster start and bounded read as the main module's tests.
+    cluster = base.ClusterMount.cluster
+    assert_read_ok_bounded = base.ClusterMount.assert_read_ok_bounded
 
     def publish_remote_to_2(self, c, name, data):
         """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
