@@ -208,13 +208,17 @@ void SegmentReadAhead::Prefetch(uint64_t offset, size_t len) {
   const uint64_t first = offset / seg_size_;
   const uint64_t last = std::min<uint64_t>((end - 1) / seg_size_, first + depth_ - 1);
   std::lock_guard lock(mu_);
-  for (uint64_t k = first; k <= last; ++k) {
+  StartAhead(first, last, first, last);
+}
+
+void SegmentReadAhead::StartAhead(uint64_t from, uint64_t to, uint64_t first, uint64_t last) {
+  for (uint64_t k = from; k <= to; ++k) {
     if (Find(k)) continue;
     if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
     Slot* slot = Claim(first, last, false);
     if (!slot) break;
     if (Status st = Start(k, slot, false); !st.ok()) {
-      slot->state = Slot::State::kEmpty;  // a hint: the Read that comes reports the error
+      slot->state = Slot::State::kEmpty;  // not asked for: the READ that asks reports errors
       break;
     }
   }
@@ -264,19 +268,8 @@ Result<ReadView> SegmentReadAhead::ReadLocked(uint64_t offset, size_t len) {
   }
   // Keep the next segments in flight while this request is answered (bounded per reader by
   // the window and over all readers by the budget).
-  if (sequential_ > 0) {
-    const uint64_t stop = std::min<uint64_t>(last + depth_, count - 1);
-    for (uint64_t k = last + 1; k <= stop; ++k) {
-      if (Find(k)) continue;
-      if (pool_->buffered_bytes.load() > pool_->budget_bytes) break;
-      Slot* slot = Claim(first, last, false);
-      if (!slot) break;
-      if (Status st = Start(k, slot, false); !st.ok()) {
-        slot->state = Slot::State::kEmpty;  // only a read ahead: the demand path reports errors
-        break;
-      }
-    }
-  }
+  if (sequential_ > 0)
+    StartAhead(last + 1, std::min<uint64_t>(last + depth_, count - 1), first, last);
   for (uint64_t k = first; k <= last; ++k) {
     Slot* slot = wanted[k - first];
     KVFS_RETURN_IF_ERROR(WaitFor(slot));

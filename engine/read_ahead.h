@@ -44,6 +44,9 @@ class SegmentReadAhead final : public ChunkReader {
   // Submits the device read (holes: ready at once). Without a ring (io_uring refused one) a
   // `demand` read is done at once through the engine's per-thread ring instead.
   Status Start(uint64_t segment, Slot* slot, bool demand);
+  // Starts the reads of segments [from, to] not in the window yet, while the budget and the
+  // window (for a request [first, last], see Claim) allow; stops at the first that fails.
+  void StartAhead(uint64_t from, uint64_t to, uint64_t first, uint64_t last);
   Status WaitFor(Slot* slot);                // reaps until `slot` completed
   void Complete(uint64_t token, Status st);  // verifies and decodes a finished read
   Status EnsureRing();
