@@ -1,6 +1,15 @@
 #include "mount_info.h"
 
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -64,6 +73,52 @@ std::optional<MountEntry> FindMount(const std::vector<MountEntry>& mounts,
     if (prefix && (!best || mp.size() >= best->mount_point.size())) best = m;
   }
   return best;
+}
+
+MountState ProbeMount(const std::string& path, std::string* fstype) {
+  std::optional<MountEntry> top;
+  for (const MountEntry& m : ReadMountInfo())
+    if (m.mount_point == path) top = m;  // the last one listed is the one on top
+  if (!top) return MountState::kNone;
+  if (fstype) *fstype = top->fstype;
+  const pid_t child = ::fork();
+  if (child < 0) return MountState::kAnswering;  // cannot tell: behave as before
+  if (child == 0) {
+    struct statfs st;
+    _exit(::statfs(path.c_str(), &st) == 0 ? 0 : errno == ENOTCONN ? 1 : 2);
+  }
+  int wstatus = 0;
+  for (int waited_ms = 0;; waited_ms += 10) {
+    const pid_t r = ::waitpid(child, &wstatus, WNOHANG);
+    if (r == child) break;
+    if (r < 0 && errno != EINTR) return MountState::kAnswering;
+    if (waited_ms >= 2000) {
+      ::kill(child, SIGKILL);  // a FUSE request waits killably
+      while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+      }
+      return MountState::kNotAnswering;
+    }
+    ::usleep(10 * 1000);
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 1) return MountState::kDead;
+  return MountState::kAnswering;
+}
+
+Status DetachMount(const std::string& path) {
+  if (::umount2(path.c_str(), MNT_DETACH) == 0) return Status::Ok();
+  const int umount_errno = errno;
+  const char* argv[] = {"fusermount3", "-u", "-z", "--", path.c_str(), nullptr};
+  pid_t pid = -1;
+  if (::posix_spawnp(&pid, "fusermount3", nullptr, nullptr, const_cast<char* const*>(argv),
+                     environ) == 0) {
+    int wstatus = 0;
+    while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return Status::Ok();
+  }
+  return Status::Error(umount_errno, "cannot detach the mount on '" + path + "' (" +
+                                         std::strerror(umount_errno) + "); run fusermount3 -u -z " +
+                                         path);
 }
 
 }  // namespace kvfs::fs

@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -14,6 +16,7 @@
 #include "config_file.h"
 #include "kvfs/size.h"
 #include "kvfs/version.h"
+#include "mount_info.h"
 
 namespace kvfs::fs {
 namespace {
@@ -268,11 +271,31 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   std::error_code ec;
   auto mp = std::filesystem::absolute(opts.mountpoint, ec);
   if (ec) return fail("bad mountpoint '" + opts.mountpoint + "'");
+  std::string normal = mp.lexically_normal().string();
+  if (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  std::string on_it;
+  const MountState there = ProbeMount(normal, &on_it);
+  if (there == MountState::kNotAnswering)
+    return fail("mountpoint '" + normal + "' holds a " + on_it +
+                " mount whose daemon does not answer (stopped?); unmount it first");
+  if (there == MountState::kAnswering && on_it == "fuse.kvfs")
+    return fail("mountpoint '" + normal +
+                "' already has a live kvfs mount (another daemon serves it)");
+  if (there == MountState::kDead) {
+    // The mount of a daemon that died (kill -9, OOM): detach it, or this mount would stack on
+    // a corpse that the next unmount uncovers. Anything else dead there is not ours to touch.
+    if (on_it != "fuse.kvfs")
+      return fail("mountpoint '" + normal + "' holds a dead " + on_it +
+                  " mount; unmount it first (fusermount3 -u or umount)");
+    if (Status detached = DetachMount(normal); !detached.ok()) return fail(detached.message());
+    std::fprintf(stderr, "kvfs: detached the dead kvfs mount on %s (its daemon is gone)\n",
+                 normal.c_str());
+  }
   struct stat st;
-  if (::stat(mp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  const int rc = ::stat(normal.c_str(), &st);
+  if (rc != 0 || !S_ISDIR(st.st_mode))
     return fail("mountpoint '" + opts.mountpoint + "' is not an existing directory");
-  opts.mountpoint = mp.lexically_normal().string();
-  if (opts.mountpoint.size() > 1 && opts.mountpoint.back() == '/') opts.mountpoint.pop_back();
+  opts.mountpoint = std::move(normal);
   if (!opts.data_dir.empty()) {
     opts.data_dir = std::filesystem::absolute(opts.data_dir, ec).lexically_normal().string();
     if (opts.data_dir.size() > 1 && opts.data_dir.back() == '/') opts.data_dir.pop_back();

@@ -271,7 +271,9 @@ int main(int argc, char** argv) {
   inv.mountpoint = argv[optind + 1];
 
   struct stat st;
-  if (::stat(inv.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  // ENOTCONN: a dead kvfs daemon's mount, which kvfs itself detaches before it mounts.
+  const int rc = ::stat(inv.mountpoint.c_str(), &st);
+  if ((rc != 0 && errno != ENOTCONN) || (rc == 0 && !S_ISDIR(st.st_mode)))
     return Fail(kExitMount, "mount point " + inv.mountpoint + " is not an existing directory");
 
   Translation t = Translate(inv);

@@ -2,10 +2,12 @@
 arguments, daemonizing, stopping by fusermount3 -u and by SIGTERM, the status file, kvfsctl on a
 mount and on paths that are not kvfs mounts."""
 
+import errno
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +23,19 @@ MiB = 1024 * 1024
 def project_version():
     text = (REPO_ROOT / "CMakeLists.txt").read_text()
     return re.search(r"project\(kvfs\s+VERSION\s+([0-9.]+)", text).group(1)
+
+
+def _mounts_on(path):
+    """How many mounts are stacked on exactly path (tests use paths without spaces)."""
+    with open("/proc/self/mountinfo") as f:
+        return sum(1 for line in f if line.split()[4] == path)
+
+
+def _detach_all(path):
+    for _ in range(8):
+        if _mounts_on(path) == 0:
+            return
+        subprocess.run(["fusermount3", "-u", "-z", path], stderr=subprocess.DEVNULL)
 
 
 def run(argv, timeout=30):
@@ -129,6 +144,43 @@ class Lifecycle(unittest.TestCase):
             m.start()
             self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
             self.assertTrue(file_matches(m.path("x", "y", "b"), "b", 100))
+
+    def test_restart_after_kill9_detaches_the_dead_mount(self):
+        # A crashed daemon leaves a mount whose every request fails with ENOTCONN (stat of the
+        # root may still answer from the attribute cache); the restart must not stack on it.
+        with KvfsMount(capacity="128M") as m:
+            self.addCleanup(_detach_all, m.mnt)
+            write_file_atomic(m.path("a"), chunk_bytes("a", 3 * MiB))
+            m.kill9(detach=False)
+            self.assertTrue(_is_mounted(m.mnt))
+            with self.assertRaises(OSError) as e:
+                os.statvfs(m.mnt)
+            self.assertEqual(e.exception.errno, errno.ENOTCONN)
+            m.start()
+            self.assertEqual(_mounts_on(m.mnt), 1, "the new mount stacked on the dead one")
+            self.assertIn("detached the dead kvfs mount", m.log_tail())
+            self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
+            m.unmount()
+            self.assertEqual(_mounts_on(m.mnt), 0, "a dead mount was left under the new one")
+
+    def test_a_live_or_frozen_mount_is_not_mounted_over(self):
+        with KvfsMount(capacity="128M") as m:
+            self.addCleanup(_detach_all, m.mnt)
+            write_file_atomic(m.path("a"), chunk_bytes("a", MiB))
+            other_data = os.path.join(m.root, "data2")
+            second = [m.kvfs_bin, m.mnt, "--data", other_data, "--capacity", "64M", "-f"]
+            r = run(second, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("already has a live kvfs mount", r.stderr)
+            os.kill(m.pid, signal.SIGSTOP)
+            try:
+                r = run(second, timeout=30)  # the probe gives up on a frozen daemon (2 s)
+            finally:
+                os.kill(m.pid, signal.SIGCONT)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("does not answer", r.stderr)
+            self.assertEqual(_mounts_on(m.mnt), 1)
+            self.assertTrue(file_matches(m.path("a"), "a", MiB))
 
     def test_daemonizes_until_unmounted(self):
         with KvfsMount(capacity="128M", foreground=False) as m:

@@ -394,13 +394,14 @@ class KvfsMount:
         self.unmount()
         self.start()
 
-    def kill9(self) -> None:
-        """SIGKILL the daemon by PID (a crash), then detach the dead mount lazily."""
+    def kill9(self, detach: bool = True) -> None:
+        """SIGKILL the daemon by PID (a crash), then detach the dead mount lazily (unless
+        detach is False: the dead mount stays, as after a real crash)."""
         pid = self._pid
         if pid is not None:
             _kill(pid, signal.SIGKILL)
             self._wait_pid(pid, 10)
-        if _is_mounted(self._mnt):
+        if detach and _is_mounted(self._mnt):
             subprocess.run(["fusermount3", "-u", "-z", self._mnt], stderr=subprocess.DEVNULL)
         self._pid = None
         self._close_log()
