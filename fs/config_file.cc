@@ -267,6 +267,39 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text) {
   return urls;
 }
 
+// toml11 quotes the offending line in its message: a binary file (a wrong --config path) would
+// spray raw bytes into the terminal. Control bytes and bytes that are not UTF-8 become \xNN,
+// and the quote stops after 2 KiB.
+static std::string Printable(const std::string& s) {
+  std::string out;
+  constexpr size_t kMaxShown = 2048;  // a file without newlines is quoted whole
+  for (size_t i = 0; i < s.size();) {
+    if (out.size() >= kMaxShown) {
+      out += " ...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xe  ? 3
+                 : (c >> 3) == 0x1e ? 4
+                                    : 0;
+    bool ok = len > 0 && i + len <= s.size() && (c >= 0x20 || c == '\n' || c == '\t') && c != 0x7f;
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+      ++i;
+    }
+  }
+  return out;
+}
+
 Status LoadConfigFile(const std::string& path, MountOptions& options) {
   Reader r(path);
   if (access(path.c_str(), R_OK) != 0)
@@ -276,7 +309,7 @@ Status LoadConfigFile(const std::string& path, MountOptions& options) {
   try {
     root = toml::parse(path);
   } catch (const std::exception& e) {
-    return Status::Invalid("config " + path + ": " + e.what());
+    return Status::Invalid("config " + path + ": " + Printable(e.what()));
   }
   if (!root.is_table()) return Status::Invalid("config " + path + ": not a TOML table");
   for (const auto& [key, value] : root.as_table()) {

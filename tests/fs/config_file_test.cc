@@ -193,6 +193,13 @@ TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
   ExpectBad("[[cluster.peers]]\nid = 2\n", "cluster.peers: unknown key");
   ExpectBad("[[peer]]\nid = 2\naddress = \"127.0.0.3:7400\"\n", "peer: unknown key");
   ExpectBad("[storage\ncapacity = 1\n", "config");  // TOML syntax error
+  // A binary file: the message quotes the bad line with its raw bytes escaped.
+  std::string binary = "\x01\xfe\xff\x1b[2J \xc3\xa9t\xc3";
+  auto garbage = Parse({"--config", Config(binary)});
+  EXPECT_EQ(garbage.exit_code, 2);
+  EXPECT_NE(garbage.message.find("\\x01\\xfe\\xff\\x1b[2J \xc3\xa9t\\xc3"), std::string::npos)
+      << garbage.message;
+  for (char c : garbage.message) EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20);
   auto missing = Parse({"--config", dir_ + "/no-such.toml"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.message.find("no-such.toml"), std::string::npos);
