@@ -25,6 +25,13 @@ std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
   return m;
 }
 
+// A node's registration. Every node registers under a lease, so a key without one is no
+// node's (written by hand, or by something else) and would never expire: not a live member.
+std::optional<MemberInfo> LiveMember(NodeId id, const etcd::KeyValue& kv) {
+  if (kv.lease == 0) return std::nullopt;
+  return ParseMember(id, kv.value);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Membership>> Membership::Start(etcd::Client* etcd, const NamespaceKeys* keys,
@@ -87,7 +94,13 @@ Status Membership::Register() {
     if (r.ranges.empty() || r.ranges[0].kvs.empty()) continue;  // it just expired: again
     const etcd::KeyValue& held = r.ranges[0].kvs[0];
     auto other = ParseMember(options_.self, held.value);
-    if (!other || other->address != options_.address) {
+    // A key without a lease is no node's registration (every node registers under one), and
+    // it would never expire: written by hand or by something else. It must not lock the id out.
+    const bool leaseless = held.lease == 0;
+    if (leaseless) {
+      spdlog::warn("cluster: {} was held without a lease (not a node's registration); replacing it",
+                   key);
+    } else if (!other || other->address != options_.address) {
       (void)etcd_->LeaseRevoke(lease);
       return Status::Error(EEXIST, "node id " + std::to_string(options_.self) +
                                        " is registered by a live node at " +
@@ -100,7 +113,8 @@ Status Membership::Register() {
                             held.mod_revision, ""});
     take.success.push_back({etcd::TxnOp::Kind::kDelete, key, "", "", 0, 0});
     KVFS_RETURN_IF_ERROR(etcd_->Txn(take).status());
-    if (held.lease != 0) (void)etcd_->LeaseRevoke(held.lease);
+    if (leaseless) continue;
+    (void)etcd_->LeaseRevoke(held.lease);
     spdlog::info("cluster: node {} took over the registration of its previous run", options_.self);
   }
   (void)etcd_->LeaseRevoke(lease);
@@ -166,7 +180,7 @@ Status Membership::Reload(int64_t* revision) {
   std::map<NodeId, bool> drains;
   for (const etcd::KeyValue& kv : resp.kvs) {
     if (auto id = keys_->ParseMember(kv.key)) {
-      if (auto m = ParseMember(*id, kv.value)) members[*id] = *m;
+      if (auto m = LiveMember(*id, kv)) members[*id] = *m;
     } else if (auto d = keys_->ParseDrain(kv.key)) {
       drains[*d] = true;
     }
@@ -184,10 +198,11 @@ void Membership::ApplyEvent(const etcd::Event& ev) {
   const bool put = ev.type == etcd::Event::Type::kPut;
   std::lock_guard lock(mu_);
   if (auto id = keys_->ParseMember(ev.kv.key)) {
-    if (!put) {
-      members_.erase(*id);
-    } else if (auto m = ParseMember(*id, ev.kv.value)) {
+    auto m = put ? LiveMember(*id, ev.kv) : std::nullopt;
+    if (m) {
       members_[*id] = *m;
+    } else {
+      members_.erase(*id);  // gone, or overwritten by something that is no registration
     }
   } else if (auto d = keys_->ParseDrain(ev.kv.key)) {
     if (put) {

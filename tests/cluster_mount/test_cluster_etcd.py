@@ -5,7 +5,9 @@ fell behind compaction, a late joiner, a drained node.
 
 Every test starts its own etcd and nodes and stops them by PID at the end."""
 
+import base64
 import errno
+import json
 import os
 import signal
 import threading
@@ -225,6 +227,46 @@ class ClusterEtcd(unittest.TestCase):
                              sorted(os.path.basename(r) for r in want if r.startswith(f"l{d}/")))
         for rel, data in list(want.items())[::7]:
             self.assertEqual(self.read(c, 3, rel), data, rel)
+
+    def test_foreign_keys_under_the_prefix_neither_crash_nor_lock_out(self):
+        # Keys kvfs did not write (by hand, a broken tool, a hostile client): garbage records
+        # and names, and member keys without a lease. None may crash a node, show up as a
+        # member (a key without a lease never expires), or keep a node id from joining.
+        c = self.cluster(n=2, replicas=2)
+        c.publish(1, "a", chunk_bytes("a", 300_000))
+        c.wait_exists(2, "a", VISIBLE_S)
+
+        def put(key, value):
+            b64 = lambda v: base64.b64encode(v).decode()
+            c.etcd.call("/v3/kv/put", {"key": b64(b"/kvfs/" + key), "value": b64(value)})
+
+        ghost = json.dumps({"address": "127.0.0.9:1", "capacity": 1 << 30, "used": 0})
+        put(b"m/00007", ghost.encode())  # a well-formed registration, but no lease
+        put(b"m/00003", b"\x00\xffnot json")
+        put(b"i/0001000000000099", b"\x01garbage")
+        put(b"i/zz", b"x" * 5000)
+        put(b"d/0000000000000001/evil", b"0001000000000099")
+        put(b"d/zz/x", b"")
+        c.publish(1, "b", chunk_bytes("b", 1000))
+        c.wait_exists(2, "b", VISIBLE_S)
+        for k in (1, 2):
+            self.assertTrue(c.node(k).running(), f"node {k} died\n{c.logs_tail()}")
+            self.assertEqual(sorted(c.node_states(k)), [1, 2], f"node {k}'s members")
+            self.assertEqual(sorted(os.listdir(c.path(k))), ["a", "b"])
+
+        # Node 2 stops; its id's key is then overwritten by something with no lease.
+        c.stop(2)
+        put(b"m/00002", ghost.encode())
+        time.sleep(1)  # the put's watch event has reached node 1
+        self.assertEqual(c.node_states(1).get(2), "down", "a lease-less key counted as node 2")
+        self.assertNotIn("127.0.0.9", json.dumps(c.nodes_json(1)))
+        c.start_node(2)  # was refused: "node id 2 is registered by a live node"
+        c.wait_state(1, 2, "up", DOWN_S)
+        self.assertIn(c.nodes[2].address, json.dumps(c.nodes_json(1)))
+        self.assertEqual(self.read(c, 2, "a"), chunk_bytes("a", 300_000))
+        c.publish(2, "c", chunk_bytes("c", 2000))
+        c.wait_exists(1, "c", VISIBLE_S)
+        self.assertEqual(self.read(c, 1, "c"), chunk_bytes("c", 2000))
 
     def test_drain_moves_copies_off_a_node(self):
         c = self.cluster(n=3, replicas=2)
