@@ -309,6 +309,23 @@ class MountCommand(unittest.TestCase):
         self.assertTrue(file_matches(path, "c0", 3 * MiB))
         self.umount_and_wait(pid)
 
+    def test_mount_again_after_the_daemon_was_killed(self):
+        # The dead mount (ENOTCONN) passes the helper's mountpoint check; kvfs detaches it.
+        opts = f"data_dir={self.m.data},capacity=64M"
+        r = self.mount("-t", "kvfs", "kvfs-test", self.m.mnt, "-o", opts)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pid = self.m.note_daemon()
+        write_file_atomic(os.path.join(self.m.mnt, "a"), chunk_bytes("a", MiB))
+        os.kill(pid, signal.SIGKILL)
+        self.assertTrue(self.m.wait_gone(pid))
+        r = self.mount("-t", "kvfs", "kvfs-test", self.m.mnt, "-o", opts)
+        self.assertEqual(r.returncode, 0, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        pid = self.m.note_daemon()
+        self.assertEqual(mount_count(self.m.mnt), 1, "mounted on top of the dead mount")
+        self.assertTrue(file_matches(os.path.join(self.m.mnt, "a"), "a", MiB))
+        self.umount_and_wait(pid)
+        self.assertEqual(mount_count(self.m.mnt), 0)
+
     def test_fstab_line(self):
         fstab = os.path.join(self.m.root, "fstab")
         with open(fstab, "w") as f:
