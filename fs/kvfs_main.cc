@@ -133,7 +133,6 @@ Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
   co.lease_ttl = std::chrono::seconds(c.lease_ttl_s);
   co.repair_bandwidth = c.repair_bandwidth;
   co.keep_local_copy = c.keep_local_copy;
-  co.state_dir = o.data_dir;
   return so;
 }
 

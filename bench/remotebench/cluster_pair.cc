@@ -41,7 +41,6 @@ Status ClusterPair::Start(const std::string& dir, uint64_t capacity) {
     co.secret = BenchSecret();
     co.transport = kvfs::TransportKind::kTcp;
     co.request_timeout = std::chrono::seconds(20);  // 2 cores shared with builds: be patient
-    co.state_dir = eo.data_dir;
     KVFS_ASSIGN_OR_RETURN(auto store, ClusterStore::Open(std::move(engine), co));
     (i == 0 ? a_ : b_) = std::move(store);
   }

@@ -7,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 
 #include "repair.h"
@@ -17,7 +16,6 @@ namespace {
 
 // The engine's hidden directory of held chunks, one file record per chunk named by its id.
 constexpr char kChunkDirName[] = ".kvfs-cluster-chunks";
-constexpr char kRevisionFile[] = "cluster-revision";
 constexpr int kNodeShift = 48;
 constexpr uint64_t kLocalMask = (uint64_t{1} << kNodeShift) - 1;
 
@@ -101,7 +99,6 @@ Status ClusterStore::Start() {
       HandleLocalLosses();
       if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
-      SaveRevision();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
   });
@@ -127,7 +124,6 @@ void ClusterStore::Shutdown() {
   pushing_->Stop();
   if (repair_) repair_->Stop();
   if (log_) log_->Stop();
-  SaveRevision();
   if (membership_) membership_->Leave();
   if (server_) server_->Stop();
 }
@@ -323,24 +319,7 @@ void ClusterStore::MembershipChanged() {
   was_reachable_ = reachable;
 }
 
-void ClusterStore::SaveRevision() {
-  if (!log_) return;
-  const int64_t rev = log_->applied_revision();
-  if (rev == saved_revision_) return;
-  saved_revision_ = rev;
-  const std::string dir = options_.state_dir;
-  if (dir.empty()) return;
-  const std::string tmp = dir + "/" + kRevisionFile + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << rev << "\n";
-    if (!out) return;
-  }
-  std::rename(tmp.c_str(), (dir + "/" + kRevisionFile).c_str());
-}
-
 Status ClusterStore::Sync() {
-  SaveRevision();
   return local_->Sync();
 }
 

@@ -170,7 +170,6 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // when no holder is left.
   void LeaveHolderList(ObjectId record, uint64_t chunk, const char* why);
   void MembershipChanged();
-  void SaveRevision();
   Result<size_t> ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out, size_t len);
 
   std::unique_ptr<ChunkStore> local_;
@@ -250,7 +249,6 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::condition_variable house_cv_;
   bool stop_ = false;
   std::vector<LocalLoss> losses_;  // under house_mu_: waking the housekeeping thread
-  int64_t saved_revision_ = 0;
   std::atomic<bool> was_reachable_{true};
 };
 

@@ -18,7 +18,6 @@ Result<std::unique_ptr<ChunkStore>> OpenStore(const StoreOptions& options) {
   }
   if (!options.cluster_enabled) return local;
   ClusterOptions c = options.cluster;
-  if (c.state_dir.empty()) c.state_dir = options.engine.data_dir;
   KVFS_ASSIGN_OR_RETURN(auto cluster, cluster::ClusterStore::Open(std::move(local), std::move(c)));
   return std::unique_ptr<ChunkStore>(std::move(cluster));
 }

@@ -35,8 +35,6 @@ struct ClusterOptions {
   // The writer keeps the first copy (locality: it is likely to read it back); the other R-1 go
   // to the rendezvous ranking of the chunk. False: all R by the ranking.
   bool keep_local_copy = true;
-  // Where the node keeps the revision it has applied (the engine's data directory).
-  std::string state_dir;
 };
 
 struct StoreOptions {
