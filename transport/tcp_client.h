@@ -59,7 +59,10 @@ class TcpPeerClient : public PeerClient {
   };
   // Connections a call could use right now without waiting (idle or not yet opened).
   size_t IdleCapacity() const;
-  // A GET longer than one piece: fetched piece by piece over up to IdleCapacity() connections.
+  // The first half's length when a GET of at most one piece goes as two (0: it goes whole).
+  uint64_t SplitHalf(const wire::GetRequest& req) const;
+  // A GET longer than one piece, or split in halves: fetched piece by piece over up to
+  // IdleCapacity() connections.
   Result<wire::GetReply> GetPieces(const wire::GetRequest& req, std::span<uint8_t> out,
                                    uint64_t piece, Deadline deadline);
   // One range in one GET: with digests when data_checksums is on, asked again with a CRC when

@@ -265,6 +265,7 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
     if (client == nullptr) continue;
     CallOptions call;
     call.timeout = options_.request_timeout;
+    call.split = true;  // one GET at a time: its halves overlap on the serving node
     bool failed = false;
     while (done < len) {
       wire::GetRequest req;

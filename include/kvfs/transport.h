@@ -74,8 +74,14 @@ struct ClientOptions {
   // send (and the receiver's checksum) without a trip to memory between. 0 = one GET per call.
   uint64_t get_piece_bytes = 2u << 20;
   // The most connections one GET's pieces use at once (only idle ones are taken; more than one
-  // costs a helper thread per call and measured no faster on loopback, see docs/transport.md).
+  // costs a helper thread per call; docs/transport.md has what it measured).
   size_t get_parallel_pieces = 1;
+  // With get_parallel_pieces > 1 and CallOptions::split, a GET of at most one piece but longer
+  // than this unit goes as two halves (each a multiple of the unit, from an offset that is one)
+  // when two connections are idle: the serving node reads and sends one half while it sends or
+  // reads the other. The serving engine's segment size, so that no segment is read for both halves.
+  // 0 = never.
+  uint64_t get_split_unit = 1u << 20;
   // RDMA only: the peer's rdma_cm port (0 = its TCP port; rdma_cm ports are their own space on
   // InfiniBand/RoCE) and the most client memory kept registered for READ targets.
   uint16_t rdma_port = 0;
@@ -86,6 +92,10 @@ struct ClientOptions {
 // for a free connection, connecting, authenticating, sending and receiving.
 struct CallOptions {
   std::chrono::milliseconds timeout{0};
+  // A GET of at most one piece may go as two halves (ClientOptions::get_split_unit). For a
+  // caller that waits for each GET before the next; a reader that keeps pieces in flight
+  // already overlaps them, and splitting only costs it CPU.
+  bool split = false;
 };
 
 class PeerClient {

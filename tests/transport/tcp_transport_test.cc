@@ -106,6 +106,55 @@ TEST_F(TcpTransportTest, LargeGetIsFetchedAsParallelPiecesByteExact) {
   EXPECT_EQ(static_cast<TcpPeerClient*>(one.get())->open_connections(), 1u);
 }
 
+TEST_F(TcpTransportTest, OnePieceGetGoesAsTwoHalvesOnIdleConnections) {
+  StartServer();
+  ClientOptions opts;
+  opts.connections = 2;
+  opts.get_parallel_pieces = 2;  // get_piece_bytes 2 MiB, get_split_unit 1 MiB: the defaults
+  auto c = Client(opts);
+  CallOptions split;
+  split.split = true;  // a caller that waits for each GET (a reader with pieces ahead does not)
+  const std::vector<uint8_t> data = RandomBytes((3u << 20) + 99, 8);
+  auto put = c->Put({"/half", 0644, 0, {}, 0, 0}, data);
+  ASSERT_TRUE(put.ok());
+  // A 2 MiB GET at offset 1 MiB: two 1 MiB GETs, both in flight at once (the handler holds
+  // the first until the second arrives).
+  handler_.RequireConcurrency(2, std::chrono::seconds(2));
+  const int gets_before = handler_.digest_gets();
+  std::vector<uint8_t> out(2u << 20);
+  auto r = c->Get({"/half", 1u << 20, out.size(), 0}, out, split);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(handler_.max_concurrent(), 2);
+  EXPECT_EQ(handler_.digest_gets() - gets_before, 2);
+  EXPECT_EQ(r->length, out.size());
+  EXPECT_EQ(r->version, put->version);
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data() + (1u << 20), out.size()));
+  // 1.5 MiB from 2 MiB: halves of 1 MiB and the short rest (the object ends first).
+  std::fill(out.begin(), out.end(), 0);
+  r = c->Get({"/half", 2u << 20, (3u << 20) / 2, 0}, out, split);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->length, data.size() - (2u << 20));
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data() + (2u << 20), r->length));
+  EXPECT_EQ(handler_.digest_gets() - gets_before, 4);
+  handler_.RequireConcurrency(0);
+  // Whole: an offset inside a unit, a length of one unit, a client that may not split.
+  r = c->Get({"/half", 4096, 2u << 20, 0}, out, split);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data() + 4096, 2u << 20));
+  r = c->Get({"/half", 0, 1u << 20, 0}, out, split);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(handler_.digest_gets() - gets_before, 6);
+  opts.get_parallel_pieces = 1;
+  auto serial = Client(opts);
+  r = serial->Get({"/half", 0, 2u << 20, 0}, out, split);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(handler_.digest_gets() - gets_before, 7);
+  EXPECT_EQ(0, std::memcmp(out.data(), data.data(), 2u << 20));
+  r = c->Get({"/half", 0, 2u << 20, 0}, out);  // a caller that did not ask
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(handler_.digest_gets() - gets_before, 8);
+}
+
 TEST_F(TcpTransportTest, RemoteErrnoComesBackAndConnectionIsReused) {
   StartServer();
   ClientOptions opts;
