@@ -112,13 +112,23 @@ void EngineEviction::NoteVictims(const std::vector<ObjectId>& victims) {
   }
 }
 
-std::vector<ObjectId> EngineEviction::OverWatermark(uint64_t used, uint64_t capacity) {
+std::vector<ObjectId> EngineEviction::OverWatermark(uint64_t used, uint64_t capacity,
+                                                    const std::vector<ObjectId>& spared) {
   if (capacity == 0) return {};
   const uint64_t pending = PendingFree();
   const uint64_t effective = used > pending ? used - pending : 0;
   if (static_cast<double>(effective) <= high_ * static_cast<double>(capacity)) return {};
   const auto low = static_cast<uint64_t>(low_ * static_cast<double>(capacity));
+  // Spared ids are pinned for the pick: the policy's own way to leave an id out.
+  std::vector<ObjectId> unpin;
+  for (ObjectId id : spared) {
+    auto it = entries_.find(id);
+    if (it == entries_.end() || it->second.pinned) continue;
+    policy_->SetPinned(id, true);
+    unpin.push_back(id);
+  }
   std::vector<ObjectId> victims = policy_->EvictBytes(effective - low);
+  for (ObjectId id : unpin) policy_->SetPinned(id, false);
   NoteVictims(victims);
   return victims;
 }

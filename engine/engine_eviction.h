@@ -42,7 +42,9 @@ class EngineEviction {
   // When `used` passed the high watermark of `capacity`: the victims (policy order) that bring
   // it to the low watermark. Bytes of earlier victims whose extents are not free yet (commit
   // pending, or an open reader) are not counted again, so one eviction is not repeated.
-  std::vector<ObjectId> OverWatermark(uint64_t used, uint64_t capacity);
+  // `spared`: ids never chosen (the versions being published by the batch that asks).
+  std::vector<ObjectId> OverWatermark(uint64_t used, uint64_t capacity,
+                                      const std::vector<ObjectId>& spared = {});
   // Up to `n` victims regardless of watermarks (a writer hit ENOSPC). Empty: nothing evictable.
   std::vector<ObjectId> Victims(size_t n);
   // For a writer that hit ENOSPC: victims down to the low watermark of `capacity` (at least

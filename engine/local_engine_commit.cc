@@ -102,7 +102,16 @@ Result<uint64_t> LocalEngineImpl::Submit(const MetaBatch& batch) {
   ctx_->counters().writes.fetch_add(published);
   std::vector<ObjectId> victims;
   if (published > 0) {
-    victims = eviction_->OverWatermark(ctx_->space().used_bytes(), ctx_->space().capacity_bytes());
+    // Never the versions this batch publishes: their writer's session is still open (the fs
+    // publishes at close, before the release), and an eviction never takes a name from under
+    // its writer, so the name would stay while the engine forgot the file, its space held and
+    // never evictable again: one file over the high watermark left every later write ENOSPC.
+    // A version over the watermark goes at the next publish or the next writer's reclaim.
+    std::vector<ObjectId> publishing;
+    for (const ObjectRecord& rec : batch.puts)
+      if (rec.layout) publishing.push_back(rec.id);
+    victims = eviction_->OverWatermark(ctx_->space().used_bytes(), ctx_->space().capacity_bytes(),
+                                       publishing);
     if (!victims.empty()) RemoveEvicted(victims);
   }
   work_cv_.notify_one();

@@ -1,6 +1,7 @@
 // kvfs as a bounded cache, through the mount: a small --capacity with 4 MiB files, eviction to
 // the low watermark in policy order (lru, fifo, lfu, prefix), evicted names missing, open
-// readers unaffected, pins and user.kvfs.parent links kept across restarts.
+// readers unaffected, pins and user.kvfs.parent links kept across restarts, a file bigger than
+// the high watermark kept until the next write needs its room.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -72,6 +73,30 @@ TEST_F(EvictionMountTest, WritingPastTheHighWatermarkEvictsDownToTheLowOne) {
   std::string out;
   EXPECT_EQ(Shell(std::string(KVFSCTL_BIN) + " status " + mnt_ + " --json", &out), 0);
   EXPECT_NE(out.find("\"eviction_policy\""), std::string::npos) << out;
+}
+
+TEST_F(EvictionMountTest, AFileOverTheHighWatermarkStaysUntilTheNextWriteNeedsRoom) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  // The publish of a file bigger than the high watermark used to evict that very file while
+  // its writer was still open: the name stayed, the engine forgot the file, and its space was
+  // never evictable again (every later write ENOSPC until a restart).
+  for (const char* policy : {"lru", "lfu", "fifo", "prefix"}) {
+    SCOPED_TRACE(policy);
+    Remount({"--eviction", policy});
+    WriteFile(P("small"), RandomBytes(kFile, 1));
+    const std::string big = RandomBytes(60 << 20, 2);
+    WriteFile(P("big"), big);
+    EXPECT_TRUE(Gone("small"));
+    EXPECT_EQ(Status()["files"].get<uint64_t>(), 1u);
+    EXPECT_TRUE(ReadFile(P("big")) == big);
+    const std::string next = RandomBytes(10 << 20, 3);
+    WriteFile(P("next"), next);  // room is made by evicting "big"
+    EXPECT_TRUE(Gone("big"));
+    EXPECT_TRUE(ReadFile(P("next")) == next);
+    const auto s = Status();
+    EXPECT_EQ(s["files"].get<uint64_t>(), 1u);
+    EXPECT_LE(s["used_bytes"].get<uint64_t>(), uint64_t{12} << 20);
+  }
 }
 
 TEST_F(EvictionMountTest, LruKeepsTheFileThatIsRead) {
