@@ -223,6 +223,7 @@ nlohmann::json Control::StatusJson() {
       {"files", s.files},
       {"objects", s.objects},
       {"inodes_in_memory", ns_->inode_count()},
+      {"open_files", OpenFileCount::now()},
       {"reads", s.reads},
       {"writes", s.writes},
       {"bytes_read", s.bytes_read},

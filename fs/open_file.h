@@ -25,8 +25,24 @@ struct WriteSession {
   uint64_t view = 0;              // its view's id for the page cache (OpenState::cache_view)
 };
 
+// How many FileHandles exist in this process (`open_files` in .kvfs/stats). The kernel sends
+// RELEASE after close(2) returns; a handle leaves the count once it and its reader are gone
+// (read-ahead counted wasted included), so a caller can wait for a close to be done.
+class OpenFileCount {
+ public:
+  OpenFileCount() { count_.fetch_add(1, std::memory_order_relaxed); }
+  ~OpenFileCount() { count_.fetch_sub(1, std::memory_order_release); }
+  OpenFileCount(const OpenFileCount&) = delete;
+  OpenFileCount& operator=(const OpenFileCount&) = delete;
+  static uint64_t now() { return count_.load(std::memory_order_acquire); }
+
+ private:
+  static inline std::atomic<uint64_t> count_{0};
+};
+
 // One open file: what fuse_file_info::fh points to.
 struct FileHandle {
+  OpenFileCount counted;  // first member: destroyed last, after the reader
   uint64_t ino = 0;
   bool can_write = false;
   LayoutRef layout;                       // read-only handles: the version current at open
