@@ -275,10 +275,18 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
                      : rec.type == ObjectType::kSymlink ? "symlink"
                                                         : "file";
   std::vector<std::string> store_devices = store_->Stats().devices;
+  // An xattr value is at most 64 KiB (XATTR_SIZE_MAX): a 2 GiB file's 2,048 segments would not
+  // fit, and getxattr would fail with E2BIG. The first kMaxListedSegments are listed; the
+  // totals cover all of them.
+  constexpr size_t kMaxListedSegments = 256;
   nlohmann::json segments = nlohmann::json::array();
   std::set<uint16_t> used;
+  uint64_t stored = 0, count = 0;
   if (rec.layout) {
     for (const auto& seg : rec.layout->segments) {
+      used.insert(seg.device);
+      stored += seg.stored_len;
+      if (count++ >= kMaxListedSegments) continue;
       segments.push_back({{"index", seg.index},
                           {"device", seg.device},
                           {"offset", seg.offset},
@@ -286,7 +294,6 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
                           {"raw_len", seg.raw_len},
                           {"codec", seg.codec == Codec::kLz4 ? "lz4" : "none"},
                           {"checksum", Hex64(seg.checksum)}});
-      used.insert(seg.device);
     }
   }
   nlohmann::json devices = nlohmann::json::array();
@@ -305,6 +312,8 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
       {"mtime", Seconds(rec.mtime)},
       {"ctime", Seconds(rec.ctime)},
       {"pinned", (rec.flags & kFlagPinned) != 0},
+      {"segment_count", count},
+      {"stored_bytes", stored},
       {"segments", segments},
       {"devices", devices},
   };

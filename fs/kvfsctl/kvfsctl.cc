@@ -130,9 +130,11 @@ void PrintStat(const std::string& path, const nlohmann::json& s) {
               Time(s.value("ctime", 0.0)).c_str());
   if (s.value("pinned", false)) std::printf("  pinned\n");
   const auto& segs = s.value("segments", nlohmann::json::array());
-  uint64_t stored = 0;
-  for (const auto& seg : segs) stored += U(seg, "stored_len");
-  std::printf("  segments  %zu, %s stored\n", segs.size(), FormatSize(stored).c_str());
+  const uint64_t count = U(s, "segment_count");
+  std::printf(
+      "  segments  %llu, %s stored%s\n", static_cast<unsigned long long>(count),
+      FormatSize(U(s, "stored_bytes")).c_str(),
+      count > segs.size() ? (", the first " + std::to_string(segs.size()) + " below").c_str() : "");
   if (!segs.empty())
     std::printf("    %-4s %-6s %14s %12s %12s %-5s %s\n", "#", "device", "offset", "stored", "raw",
                 "codec", "xxh3");

@@ -104,6 +104,28 @@ class JsonOutput(KvfsctlTestCase):
                     "used_ratio", "files"):
             self.assertIn(key, row)
 
+    def test_stat_of_a_file_with_more_segments_than_an_xattr_holds(self):
+        # One byte in each of 700 segments: the whole list would pass the 64 KiB an xattr
+        # value may hold (getxattr failed with E2BIG). The first 256 are listed, totals cover
+        # all. (A written segment takes a whole segment of space until publish: 1G of room.)
+        with KvfsMount(capacity="1G") as m:
+            path = m.path("sparse")
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                for i in range(700):
+                    os.pwrite(fd, b"x", i * MiB + 7)
+            finally:
+                os.close(fd)
+            raw = json.loads(os.getxattr(path, "user.kvfs.stat"))
+            self.assertEqual(raw["segment_count"], 700)
+            self.assertEqual(len(raw["segments"]), 256)
+            self.assertEqual(raw["stored_bytes"], int(m.status()["stored_bytes"]))
+            self.assertEqual(self.ctl_json("stat", path)["segment_count"], 700)
+            r = run([self.ctl, "stat", path])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("segments  700,", r.stdout)
+            self.assertIn("the first 256 below", r.stdout)
+
     def test_top_hit_rate_is_opens_against_missing_names(self):
         # The same definition as status: 3 opens of a published file and 1 missing name in the
         # interval make 75%, whatever the kernel's caches answered without kvfs.
