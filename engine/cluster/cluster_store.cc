@@ -319,9 +319,7 @@ void ClusterStore::MembershipChanged() {
   was_reachable_ = reachable;
 }
 
-Status ClusterStore::Sync() {
-  return local_->Sync();
-}
+Status ClusterStore::Sync() { return local_->Sync(); }
 
 StoreStats ClusterStore::Stats() const {
   StoreStats s = local_->Stats();
