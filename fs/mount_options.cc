@@ -273,11 +273,16 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   if (ec) return fail("bad mountpoint '" + opts.mountpoint + "'");
   std::string normal = mp.lexically_normal().string();
   if (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  // mountinfo has real paths: the parent resolved, as the kernel shows it (the mount point
+  // itself is not resolved, so that a dead mount there is not touched).
+  std::string probe = normal;
+  if (auto parent = std::filesystem::canonical(mp.lexically_normal().parent_path(), ec); !ec)
+    probe = (parent / std::filesystem::path(normal).filename()).string();
   std::string on_it;
-  const MountState there = ProbeMount(normal, &on_it);
-  if (there == MountState::kNotAnswering)
-    return fail("mountpoint '" + normal + "' holds a " + on_it +
-                " mount whose daemon does not answer (stopped?); unmount it first");
+  const MountState there = ProbeMount(probe, &on_it);
+  if (there == MountState::kNotAnswering && on_it == "fuse.kvfs")
+    return fail("mountpoint '" + normal +
+                "' holds a kvfs mount whose daemon does not answer (stopped?); unmount it first");
   if (there == MountState::kAnswering && on_it == "fuse.kvfs")
     return fail("mountpoint '" + normal +
                 "' already has a live kvfs mount (another daemon serves it)");
@@ -287,7 +292,7 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
     if (on_it != "fuse.kvfs")
       return fail("mountpoint '" + normal + "' holds a dead " + on_it +
                   " mount; unmount it first (fusermount3 -u or umount)");
-    if (Status detached = DetachMount(normal); !detached.ok()) return fail(detached.message());
+    if (Status detached = DetachMount(probe); !detached.ok()) return fail(detached.message());
     std::fprintf(stderr, "kvfs: detached the dead kvfs mount on %s (its daemon is gone)\n",
                  normal.c_str());
   }
