@@ -230,8 +230,8 @@ Result<wire::GetReply> TcpPeerClient::Get(const wire::GetRequest& req, std::span
 }
 
 uint64_t TcpPeerClient::SplitHalf(const wire::GetRequest& req) const {
-  // remotebench, 2 MiB chunks, one reader: 1.65-1.79 GB/s as two 1 MiB halves against
-  // 1.34-1.52 whole (docs/transport.md). Not when connections are busy: concurrent callers
+  // remotebench, 2 MiB chunks, one reader: 1.65-1.96 GB/s as two 1 MiB halves against
+  // 1.34-1.57 whole (docs/transport.md). Not when connections are busy: concurrent callers
   // already overlap the serving node's work, and a half waiting for a connection only queues.
   const uint64_t unit = options_.get_split_unit;
   if (unit == 0 || options_.get_parallel_pieces < 2 || req.length <= unit || req.offset % unit)
