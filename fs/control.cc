@@ -281,12 +281,13 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
   constexpr size_t kMaxListedSegments = 256;
   nlohmann::json segments = nlohmann::json::array();
   std::set<uint16_t> used;
-  uint64_t stored = 0, count = 0;
+  uint64_t stored = 0;
+  const size_t count = rec.layout ? rec.layout->segments.size() : 0;
   if (rec.layout) {
     for (const auto& seg : rec.layout->segments) {
       used.insert(seg.device);
       stored += seg.stored_len;
-      if (count++ >= kMaxListedSegments) continue;
+      if (segments.size() >= kMaxListedSegments) continue;
       segments.push_back({{"index", seg.index},
                           {"device", seg.device},
                           {"offset", seg.offset},

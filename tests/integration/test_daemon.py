@@ -14,7 +14,7 @@ import time
 import unittest
 
 from kvfs_testlib import (REPO_ROOT, KvfsMount, _is_mounted, _pid_alive, chunk_bytes,
-                          default_kvfs_bin, default_kvfsctl_bin, file_matches,
+                          default_kvfs_bin, default_kvfsctl_bin, file_matches, mount_count,
                           write_file_atomic)
 
 MiB = 1024 * 1024
@@ -25,15 +25,9 @@ def project_version():
     return re.search(r"project\(kvfs\s+VERSION\s+([0-9.]+)", text).group(1)
 
 
-def _mounts_on(path):
-    """How many mounts are stacked on exactly path (tests use paths without spaces)."""
-    with open("/proc/self/mountinfo") as f:
-        return sum(1 for line in f if line.split()[4] == path)
-
-
 def _detach_all(path):
     for _ in range(8):
-        if _mounts_on(path) == 0:
+        if mount_count(path) == 0:
             return
         subprocess.run(["fusermount3", "-u", "-z", path], stderr=subprocess.DEVNULL)
 
@@ -157,11 +151,11 @@ class Lifecycle(unittest.TestCase):
                 os.statvfs(m.mnt)
             self.assertEqual(e.exception.errno, errno.ENOTCONN)
             m.start()
-            self.assertEqual(_mounts_on(m.mnt), 1, "the new mount stacked on the dead one")
+            self.assertEqual(mount_count(m.mnt), 1, "the new mount stacked on the dead one")
             self.assertIn("detached the dead kvfs mount", m.log_tail())
             self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
             m.unmount()
-            self.assertEqual(_mounts_on(m.mnt), 0, "a dead mount was left under the new one")
+            self.assertEqual(mount_count(m.mnt), 0, "a dead mount was left under the new one")
 
     def test_a_live_or_frozen_mount_is_not_mounted_over(self):
         with KvfsMount(capacity="128M") as m:
@@ -179,7 +173,7 @@ class Lifecycle(unittest.TestCase):
                 os.kill(m.pid, signal.SIGCONT)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("does not answer", r.stderr)
-            self.assertEqual(_mounts_on(m.mnt), 1)
+            self.assertEqual(mount_count(m.mnt), 1)
             self.assertTrue(file_matches(m.path("a"), "a", MiB))
 
     def test_daemonizes_until_unmounted(self):

@@ -20,7 +20,7 @@ import time
 import unittest
 
 from kvfs_testlib import (REPO_ROOT, _is_mounted, _pid_alive, _pids_with_arg, chunk_bytes,
-                          default_kvfs_bin, file_matches, write_file_atomic)
+                          default_kvfs_bin, file_matches, mount_count, write_file_atomic)
 
 MiB = 1024 * 1024
 HELPER = os.path.join(os.path.dirname(os.path.abspath(default_kvfs_bin())), "mount.kvfs")
@@ -52,12 +52,6 @@ def mountinfo(path):
                 fstype, source, sopts = right.split()[:3]
                 return fields[5].split(","), fstype, source, sopts.split(",")
     return None
-
-
-def mount_count(path):
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return sum(1 for line in f if line.split()[4].replace("\\040", " ") == real)
 
 
 def read_status(mnt):

@@ -155,19 +155,21 @@ def lmcache_key(model: str, chunk_hash: str, world_size: int = 1, worker_id: int
 # Mounts
 # ---------------------------------------------------------------------------------------------
 
-def _is_mounted(path: str) -> bool:
+def mount_count(path: str) -> int:
+    """How many mounts are stacked on path (a dead one under a live one counts)."""
     # Bytes, not text: a mount point may have any bytes in its name (mountinfo escapes only
     # space, tab, newline and backslash), and another test's mount is listed here too.
     real = os.fsencode(os.path.realpath(path))
     try:
         with open("/proc/self/mountinfo", "rb") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 4 and fields[4].replace(b"\\040", b" ") == real:
-                    return True
+            return sum(1 for line in f
+                       if len(line.split()) > 4 and line.split()[4].replace(b"\\040", b" ") == real)
     except OSError:
-        pass
-    return False
+        return 0
+
+
+def _is_mounted(path: str) -> bool:
+    return mount_count(path) > 0
 
 
 def _pid_alive(pid: int) -> bool:
