@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "etcd_server.h"
+
 namespace remotebench {
 
 using namespace std::chrono_literals;
@@ -109,20 +111,9 @@ bool WaitForPort(uint16_t port, std::chrono::milliseconds limit) {
 }
 
 kvfs::Result<uint16_t> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return kvfs::Status::Error(errno, "socket");
-  struct sockaddr_in a {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return kvfs::Status::Error(err, "bind");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  const int port = kvfs::testing::FreeLoopbackPort();  // below the ephemeral range: see there
+  if (port <= 0) return kvfs::Status::Error(EADDRINUSE, "no free loopback port");
+  return static_cast<uint16_t>(port);
 }
 
 std::string ReadFile(const std::string& path) {

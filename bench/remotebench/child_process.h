@@ -38,7 +38,7 @@ class ChildProcess {
 
 // True once something accepts TCP connections on 127.0.0.1:port (polled up to `limit`).
 bool WaitForPort(uint16_t port, std::chrono::milliseconds limit);
-// A port that was free a moment ago on 127.0.0.1 (bind to 0, read it back, close).
+// A port free on 127.0.0.1 a moment ago, below the ephemeral range (FreeLoopbackPort).
 kvfs::Result<uint16_t> FreePort();
 // Whole file as a string ("" when it cannot be read).
 std::string ReadFile(const std::string& path);

@@ -10,11 +10,12 @@ import errno
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import unittest
 
-from kvfs_cluster import start_cluster, wait_until
+from kvfs_cluster import KvfsCluster, start_cluster, wait_until
 from kvfs_testlib import chunk_bytes
 
 VISIBLE_S = 5.0
@@ -267,6 +268,34 @@ class ClusterEtcd(unittest.TestCase):
         c.publish(2, "c", chunk_bytes("c", 2000))
         c.wait_exists(1, "c", VISIBLE_S)
         self.assertEqual(self.read(c, 1, "c"), chunk_bytes("c", 2000))
+
+    def test_ports_taken_before_the_first_start_move_etcd_and_the_node(self):
+        # The harness picks free ports, then starts etcd and the daemons on them; another test
+        # (or any process) can take one in between. CI once failed that way ("bind: address
+        # already in use"). A first start moves to new ports; a restart keeps its ports.
+        c = KvfsCluster(n=2, replicas=1)
+        self.addCleanup(c.cleanup)
+        taken = []
+        for host, port in (("127.0.0.1", c.etcd.client_port), (c.node(1).host, c.node(1).port)):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.addCleanup(s.close)
+            s.bind((host, port))
+            s.listen()
+            taken.append((host, port))
+        c.start()
+        self.assertNotEqual(c.etcd.client_port, taken[0][1])
+        self.assertNotEqual(c.node(1).port, taken[1][1])
+        data = chunk_bytes("ports", 300_000)
+        c.publish(2, "p/a", data)
+        c.wait_exists(1, "p/a", VISIBLE_S)
+        self.assertEqual(self.read(c, 1, "p/a"), data)
+        endpoint, address = c.etcd.endpoint, c.node(1).address
+        c.etcd.kill9()
+        c.etcd.start()
+        c.stop(1)
+        c.restart(1)
+        self.assertEqual((c.etcd.endpoint, c.node(1).address), (endpoint, address))
+        self.assertEqual(self.read(c, 1, "p/a"), data)
 
     def test_drain_moves_copies_off_a_node(self):
         c = self.cluster(n=3, replicas=2)

@@ -22,14 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 from kvfs_etcd import EtcdProcess
-from kvfs_testlib import KvfsMount, default_kvfs_bin, default_kvfsctl_bin, write_file_atomic
+from kvfs_testlib import (KvfsError, KvfsMount, bind_conflict, default_kvfs_bin, default_kvfsctl_bin,
+                          free_port, write_file_atomic)
 
 # Short failure detection so a test sees a killed node as down within a few seconds.
 DEFAULT_REQUEST_TIMEOUT_MS = 1000
@@ -41,14 +41,6 @@ def node_host(node_id: int) -> str:
     if not 1 <= node_id <= 8:
         raise ValueError(f"node id {node_id} outside 1..8 (loopback 127.0.0.2..9)")
     return f"127.0.0.{node_id + 1}"
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on host right now (the kernel's pick; a race with other tests is
-    unlikely and shows up as a failed start, not a wrong result)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class WaitTimeout(AssertionError):
@@ -75,6 +67,7 @@ class KvfsNode:
         self.host = host
         self.port = port
         self.mount = mount
+        self.started = False
 
     @property
     def address(self) -> str:
@@ -187,7 +180,19 @@ class KvfsCluster:
             self.start_node(k)
 
     def start_node(self, k: int) -> None:
-        self.nodes[k].mount.start()
+        """Start node k. Its first start, if another test took its port since free_port picked
+        it, tries again on a new port; later starts keep the port (peers know it)."""
+        node = self.nodes[k]
+        for attempt in range(5):
+            node.mount.extra_args = self._args(k)  # etcd's first start may have moved it too
+            try:
+                node.mount.start()
+                node.started = True
+                return
+            except KvfsError as e:
+                if node.started or attempt == 4 or not bind_conflict(str(e)):
+                    raise
+                node.port = free_port(node.host)
 
     def kill9(self, k: int) -> None:
         """Crash node k: SIGKILL by PID, then detach its dead mount."""
@@ -195,7 +200,7 @@ class KvfsCluster:
 
     def restart(self, k: int) -> None:
         """Start node k again with the same data dir, address and port."""
-        self.nodes[k].mount.start()
+        self.start_node(k)
 
     def stop(self, k: int) -> None:
         """Clean stop of node k (fusermount3 -u, wait for the daemon)."""

@@ -20,18 +20,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 
-from kvfs_testlib import file_tail
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kvfs_testlib import bind_conflict, file_tail, free_port
 
 
 def etcd_binary() -> str | None:
@@ -42,9 +35,10 @@ def etcd_binary() -> str | None:
 class EtcdProcess:
     def __init__(self, root: str):
         self.dir = os.path.join(root, "etcd")
-        self.client_port = _free_port()
-        self.peer_port = _free_port()
+        self.client_port = free_port()
+        self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.started = False  # after the first start the ports are fixed: clients know them
         self.log_path = os.path.join(root, "etcd.log")
 
     @property
@@ -52,6 +46,20 @@ class EtcdProcess:
         return f"http://127.0.0.1:{self.client_port}"
 
     def start(self, timeout: float = 20.0) -> None:
+        """Start etcd and wait until it answers. A first start whose port another test took
+        in the meantime (see free_port) tries again on new ports."""
+        for attempt in range(5):
+            try:
+                self._start_once(timeout)
+                self.started = True
+                return
+            except RuntimeError as e:
+                if self.started or attempt == 4 or not bind_conflict(str(e)):
+                    raise
+                self.client_port = free_port()
+                self.peer_port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
         binary = etcd_binary()
         if not binary:
             raise RuntimeError("etcd not found (install etcd-server, or set KVFS_ETCD_BIN)")
@@ -69,6 +77,7 @@ class EtcdProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.proc = None
                 raise RuntimeError(f"etcd exited at start:\n{self.log_tail()}")
             try:
                 self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()}, 1.0)
@@ -93,11 +102,11 @@ class EtcdProcess:
         return rev
 
     def pause(self) -> None:
-        if self.proc:
+        if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self.proc:
+        if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGCONT)
 
     def kill9(self) -> None:

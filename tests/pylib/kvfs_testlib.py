@@ -25,7 +25,9 @@ import hashlib
 import json
 import os
 import shutil
+import random
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -197,6 +199,46 @@ def _pids_with_arg(arg: str) -> list[int]:
     return pids
 
 
+# ---------------------------------------------------------------------------------------------
+# Ports
+# ---------------------------------------------------------------------------------------------
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on host that a server started next can bind.
+
+    Not the kernel's pick (bind to port 0): that comes from the ephemeral range, which every
+    outgoing connection on the machine draws from too, so between this check and the server's
+    own bind a client socket of another test could take it (CI saw etcd fail with "address
+    already in use" that way). A random port below the ephemeral range is taken only by a
+    server that asked for it; two tests picking the same one is the remaining (small) race,
+    which the starters in kvfs_etcd and kvfs_cluster retry with a new port.
+    """
+    low = _ephemeral_low()
+    lo, hi = max(10000, low - 12000), low - 1
+    for _ in range(200):
+        port = random.randint(lo, hi) if hi > lo else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(errno.EADDRINUSE, f"no free port on {host}")
+
+
+def bind_conflict(log: str) -> bool:
+    """Whether a server's log says its listening port was taken (the free_port race)."""
+    return "address already in use" in log.lower()
+
+
 class KvfsError(RuntimeError):
     pass
 
@@ -287,6 +329,7 @@ class KvfsMount:
         if self._pid is not None and _pid_alive(self._pid):
             raise KvfsError("kvfs already running")
         self.starts += 1
+        self._close_log()  # a failed start left it open
         self._log = open(self.log_path, "ab")
         self._log.write(os.fsencode(f"\n==== start {self.starts}: {' '.join(self.command())}\n"))
         self._log.flush()
@@ -462,4 +505,5 @@ def _kill(pid: int, sig: int) -> None:
 __all__ = [
     "REPO_ROOT", "KvfsMount", "KvfsError", "default_kvfs_bin", "default_kvfsctl_bin",
     "chunk_bytes", "file_matches", "write_file_atomic", "prefix_hash_names", "lmcache_key",
+    "free_port", "bind_conflict", "mount_count", "file_tail",
 ]

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -20,20 +22,46 @@
 
 namespace kvfs::testing {
 
-int FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// The low end of the kernel's ephemeral port range (the ports bind(0) and connect(2) draw from).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(in >> low) || low <= 0) return 32768;
+  return low;
+}
+
+bool CanBind(int port, int* bound) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (ok) *bound = ntohs(a.sin_port);
   ::close(fd);
-  return port;
+  return ok;
+}
+
+}  // namespace
+
+// A random port below the ephemeral range, not the kernel's pick: bind(0)'s port comes from
+// the range every outgoing connection draws from, so another test's client socket could take
+// it before the server binds (CI saw etcd exit with "address already in use" that way). Two
+// tests picking the same port is the remaining race; EtcdServer::Start retries it.
+int FreeLoopbackPort() {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  const int low = EphemeralLow();
+  const int lo = std::max(10000, low - 12000), hi = low - 1;
+  int bound = 0;
+  for (int i = 0; i < 200 && hi > lo; ++i) {
+    if (CanBind(std::uniform_int_distribution<int>(lo, hi)(rng), &bound)) return bound;
+  }
+  return CanBind(0, &bound) ? bound : 0;
 }
 
 EtcdServer::EtcdServer() {
@@ -54,6 +82,21 @@ EtcdServer::~EtcdServer() {
 }
 
 Status EtcdServer::Start() {
+  // A first start whose port another test took since FreeLoopbackPort tries new ports; later
+  // starts keep them (clients know the endpoint).
+  for (int attempt = 0;; ++attempt) {
+    Status s = StartOnce();
+    if (s.ok() || started_ || attempt == 4 ||
+        s.message().find("address already in use") == std::string::npos) {
+      if (s.ok()) started_ = true;
+      return s;
+    }
+    client_port_ = FreeLoopbackPort();
+    peer_port_ = FreeLoopbackPort();
+  }
+}
+
+Status EtcdServer::StartOnce() {
   if (pid_ > 0) return Status::Ok();
   const char* env = std::getenv("KVFS_ETCD_BIN");
   const std::string bin = env && *env ? env : "/usr/bin/etcd";

@@ -38,14 +38,17 @@ class EtcdServer {
   std::string LogTail() const;
 
  private:
+  Status StartOnce();
   void Wait();
   std::string dir_;
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
+  bool started_ = false;  // the ports are fixed after the first start
 };
 
-// A free TCP port on 127.0.0.1 right now.
+// A TCP port on 127.0.0.1 that a server started next can bind: random, below the ephemeral
+// range (see the definition for why).
 int FreeLoopbackPort();
 
 }  // namespace kvfs::testing

@@ -2,6 +2,9 @@
 // compares, leases that expire, watches (with events grouped by revision, resumption and
 // compaction), endpoint failover, an unreachable etcd, and decoders fed garbage.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -290,6 +293,35 @@ TEST_F(EtcdClientTest, UnreachableEtcdFailsFastAndEndpointsFailOver) {
   server_.Resume();
   EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
   EXPECT_TRUE(client_->Put("f", "3").ok());
+}
+
+TEST(EtcdServerTest, APortTakenBeforeTheFirstStartMovesEtcdARestartKeepsIt) {
+  // The harness picks a free port, then starts etcd on it; another test can take it in
+  // between (CI once saw "bind: address already in use"). The first start moves on.
+  EtcdServer server;
+  const std::string before = server.endpoint();
+  const int port = std::stoi(before.substr(before.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  Status st = server.Start();
+  ::close(fd);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(server.endpoint(), before);
+  const std::string moved = server.endpoint();
+  server.Kill();
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(server.endpoint(), moved);  // clients know it: a restart keeps the port
+  ClientOptions o;
+  o.endpoints = {server.endpoint()};
+  auto c = MakeClient(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->Put("k", "v").ok());
 }
 
 }  // namespace
