@@ -57,15 +57,13 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
     e.bytes = AllocatedBytes(*rec.layout);
     e.parent = rec.prefix_parent();
     // Pin before Track so a pinned file never appears in the eviction order.
-    if (pin != e.pinned) policy_->SetPinned(rec.id, pin);
     e.pinned = pin;
+    SyncPin(rec.id, e);
     policy_->Track(rec.id, e.bytes, hints);
     return;
   }
-  if (it->second.pinned != pin) {
-    policy_->SetPinned(rec.id, pin);
-    it->second.pinned = pin;
-  }
+  it->second.pinned = pin;
+  SyncPin(rec.id, it->second);
   // user.kvfs.parent set after the publish: same layout, new link.
   if (it->second.parent != rec.prefix_parent()) {
     policy_->SetParent(rec.id, rec.prefix_parent());
@@ -73,10 +71,26 @@ void EngineEviction::TrackRecord(const ObjectRecord& rec) {
   }
 }
 
+void EngineEviction::SyncPin(ObjectId id, Entry& e) {
+  const bool want = e.pinned || writing_.count(id) != 0;
+  if (want == e.policy_pinned) return;
+  policy_->SetPinned(id, want);
+  e.policy_pinned = want;
+}
+
+void EngineEviction::SetWriting(ObjectId id, bool writing) {
+  if (writing) {
+    writing_.insert(id);
+  } else {
+    writing_.erase(id);
+  }
+  if (auto it = entries_.find(id); it != entries_.end()) SyncPin(id, it->second);
+}
+
 void EngineEviction::Untrack(ObjectId id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
-  if (it->second.pinned) policy_->SetPinned(id, false);
+  if (it->second.policy_pinned) policy_->SetPinned(id, false);
   policy_->Remove(id);
   entries_.erase(it);
 }
@@ -123,7 +137,7 @@ std::vector<ObjectId> EngineEviction::OverWatermark(uint64_t used, uint64_t capa
   std::vector<ObjectId> unpin;
   for (ObjectId id : spared) {
     auto it = entries_.find(id);
-    if (it == entries_.end() || it->second.pinned) continue;
+    if (it == entries_.end() || it->second.policy_pinned) continue;
     policy_->SetPinned(id, true);
     unpin.push_back(id);
   }
@@ -142,7 +156,7 @@ std::vector<ObjectId> EngineEviction::Victims(size_t n) {
 uint64_t EngineEviction::ReclaimableBytes() {
   uint64_t bytes = PendingFree();
   for (const auto& [id, e] : entries_) {
-    if (!e.pinned) bytes += e.bytes;
+    if (!e.policy_pinned) bytes += e.bytes;
   }
   return bytes;
 }
@@ -216,8 +230,9 @@ void EngineEviction::Recover(FileSystem& fs, const std::string& data_dir,
       e.parent = rec->prefix_parent();
       // The blob may be older than the journaled link and flag; the record wins.
       if (rec->prefix_parent() != kInvalidId) policy_->SetParent(rec->id, rec->prefix_parent());
-      policy_->SetPinned(rec->id, pin);
       e.pinned = pin;
+      e.policy_pinned = pin || writing_.count(rec->id) != 0;
+      policy_->SetPinned(rec->id, e.policy_pinned);
     } else {
       missing.push_back(rec);
     }

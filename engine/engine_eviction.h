@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "eviction_policy.h"
@@ -38,6 +39,10 @@ class EngineEviction {
   void Touch(ObjectId id, uint64_t stream, uint64_t now_ms);
   bool tracked(ObjectId id) const { return entries_.count(id) != 0; }
   bool pinned(ObjectId id) const;
+  // A write session is open on `id` (ChunkStore::SetWriting): never a victim meanwhile, like a
+  // pinned file, but not persisted. Untracked ids are remembered for when they are published.
+  void SetWriting(ObjectId id, bool writing);
+  bool writing(ObjectId id) const { return writing_.count(id) != 0; }
 
   // When `used` passed the high watermark of `capacity`: the victims (policy order) that bring
   // it to the low watermark. Bytes of earlier victims whose extents are not free yet (commit
@@ -66,13 +71,16 @@ class EngineEviction {
   struct Entry {
     std::weak_ptr<const Layout> layout;  // the tracked version: a republish is a new one
     uint64_t bytes = 0;
-    bool pinned = false;
+    bool pinned = false;           // the record's flag (user.kvfs.pin)
+    bool policy_pinned = false;    // what the policy was told: pinned or being written
     ObjectId parent = kInvalidId;  // the record's prefix_parent the policy was last told
   };
   EngineEviction(std::unique_ptr<eviction::EvictionPolicy> policy, double high, double low)
       : policy_(std::move(policy)), high_(high), low_(low) {}
   void TrackRecord(const ObjectRecord& rec);
   void Untrack(ObjectId id);
+  // Tells the policy whether `id` may be a victim: not when pinned or being written.
+  void SyncPin(ObjectId id, Entry& e);
   void NoteVictims(const std::vector<ObjectId>& victims);
   uint64_t PendingFree();
   static eviction::AccessContext Context(uint64_t now_ms);
@@ -80,6 +88,7 @@ class EngineEviction {
   std::unique_ptr<eviction::EvictionPolicy> policy_;
   double high_, low_;
   std::unordered_map<ObjectId, Entry> entries_;
+  std::unordered_set<ObjectId> writing_;  // ids with an open write session
   // Victims whose extents may still be allocated: (layout, bytes).
   std::vector<std::pair<std::weak_ptr<const Layout>, uint64_t>> pending_;
 };

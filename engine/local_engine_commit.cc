@@ -209,6 +209,11 @@ void LocalEngineImpl::Touch(ObjectId id, uint64_t stream) {
   eviction_->Touch(id, stream, static_cast<uint64_t>(now.count()));
 }
 
+void LocalEngineImpl::SetWriting(ObjectId id, bool writing) {
+  std::lock_guard lock(mu_);
+  eviction_->SetWriting(id, writing);
+}
+
 Status LocalEngineImpl::Evict(ObjectId id) {
   std::vector<ObjectId> victims{id};
   {
@@ -217,6 +222,7 @@ Status LocalEngineImpl::Evict(ObjectId id) {
     if (stop_) return Status::Error(ESHUTDOWN, "engine is closing");
     if (!eviction_->tracked(id)) return Status::Invalid("not a published file with data");
     if (eviction_->pinned(id)) return Status::Error(EPERM, "file is pinned");
+    if (eviction_->writing(id)) return Status::Error(EBUSY, "file is open for writing");
     eviction_->Forget(id);
     const uint64_t seq = RemoveEvicted(victims);
     work_cv_.notify_one();

@@ -53,6 +53,7 @@ class LocalEngineImpl final : public LocalEngine {
   Status Sync() override;
   void Touch(ObjectId id, uint64_t stream) override;
   Status Evict(ObjectId id) override;
+  void SetWriting(ObjectId id, bool writing) override;
 
  private:
   struct PendingCommit {

@@ -69,7 +69,10 @@ void Namespace::CloseHandleOf(Inode* in, const FileHandle& fh) {
   if (open.opens > 0) --open.opens;
   if (fh.page_cache && open.cache_handles > 0) --open.cache_handles;
   // The session's last handle: the next writer starts a new one.
-  if (fh.session && fh.session->handles == 0 && open.writing == fh.session) open.writing.reset();
+  if (fh.session && fh.session->handles == 0 && open.writing == fh.session) {
+    open.writing.reset();
+    store_->SetWriting(in->rec.id, false);
+  }
   if (open.opens == 0 && open.cache_handles == 0 && !open.writing && !RewrittenLately(in)) {
     in->cache_current = open.cache_view == open.version;
     in->open.reset();
@@ -103,6 +106,7 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       session->view = ++next_view_;
       OpenState& open = Opened(in);
       open.writing = session;
+      store_->SetWriting(in->rec.id, true);
       open.opens = 1;
       ++in->nlookup;
       auto* fh = new FileHandle;
@@ -195,6 +199,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
         session->view = ++next_view_;
         OpenState& open = Opened(in);
         open.writing = session;
+        store_->SetWriting(in->rec.id, true);
         if (in->journaled && in->rec.layout) open.rewritten_at = MonotonicSeconds();
       } else if (flags & O_TRUNC) {
         truncate_session = session;

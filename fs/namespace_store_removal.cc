@@ -17,7 +17,8 @@ void Namespace::ForgetStoreRemoval(ObjectId id, StoreRemoval why) {
     Inode* in = Find(id);
     // Gone already, or not journaled: a new version being written publishes a fresh record.
     if (!in || !in->journaled || in->rec.id == kRootId) return;
-    // An eviction never takes a name from under its writer.
+    // An eviction never takes a name from under its writer (the store does not pick a file
+    // with an open write session, see ChunkStore::SetWriting; this guards the name if one did).
     if (evicted && in->writing()) return;
     in->journaled = false;
     UnlinkAllNames(in, &names);

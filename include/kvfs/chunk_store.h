@@ -245,8 +245,16 @@ class ChunkStore {
   // A read hit on a published file (opened for reading) for the eviction policy; `stream` is
   // the reader (its pid). Stores without eviction ignore it.
   virtual void Touch(ObjectId /*id*/, uint64_t /*stream*/) {}
+  // The fs has a write session open on `id` (true: from the open that starts it; false: at the
+  // release of its last handle). Eviction never picks such a file, and Evict says EBUSY: the
+  // fs never takes a name from under its writer, so a version published at close and evicted
+  // before the release would leave a name the store had forgotten, its space never evictable
+  // again. Stores whose eviction never removes a name (the cluster drops a local copy) and
+  // stores that do not evict ignore it.
+  virtual void SetWriting(ObjectId /*id*/, bool /*writing*/) {}
   // Evicts one published file now (journaled remove, counted, listener told). EPERM when it is
-  // pinned, EINVAL when it is not a file with data, EOPNOTSUPP for stores that do not evict.
+  // pinned, EBUSY while it is being written, EINVAL when it is not a file with data,
+  // EOPNOTSUPP for stores that do not evict.
   virtual Status Evict(ObjectId /*id*/) {
     return Status::Error(EOPNOTSUPP, "this store does not evict");
   }

@@ -213,6 +213,41 @@ TEST(BoundedCache, PinnedFilesAreNeverEvicted) {
   EXPECT_EQ(e->Evict(10).err(), EPERM);
 }
 
+TEST(BoundedCache, FilesBeingWrittenAreNeverVictimsUntilTheirSessionEnds) {
+  TempDir dir;
+  auto e = OpenOk(Opts(dir.path(), "fifo"));
+  ASSERT_TRUE(e);
+  Recorder rec;
+  e->SetListener(&rec);
+  e->SetWriting(10, true);  // before its first publish: remembered for when it is tracked
+  ASSERT_TRUE(Publish(*e, 10).ok());
+  ASSERT_TRUE(Publish(*e, 11, kFlagPinned).ok());
+  e->SetWriting(11, true);  // pinned and written: unpinning alone must not free it
+  {
+    ObjectRecord r11;
+    for (const ObjectRecord& r : e->Records())
+      if (r.id == 11) r11 = r;
+    r11.flags &= ~kFlagPinned;
+    MetaBatch b;
+    b.puts.push_back(r11);
+    ASSERT_TRUE(e->Apply(b).ok());
+  }
+  EXPECT_EQ(e->Evict(10).err(), EBUSY);
+  for (ObjectId id = 12; id < 24; ++id) ASSERT_TRUE(Publish(*e, id).ok()) << id;
+  EXPECT_GT(e->Stats().evictions, 0u);
+  EXPECT_TRUE(Has(*e, 10));  // the oldest, but being written
+  EXPECT_TRUE(Has(*e, 11));
+  const auto evicted = rec.evicted();
+  EXPECT_TRUE(std::find(evicted.begin(), evicted.end(), 10) == evicted.end());
+  // The sessions end: both are ordinary files again, the oldest first out.
+  e->SetWriting(10, false);
+  e->SetWriting(11, false);
+  ASSERT_TRUE(e->Evict(11).ok());
+  for (ObjectId id = 24; Has(*e, 10) && id < 40; ++id) ASSERT_TRUE(Publish(*e, id).ok()) << id;
+  EXPECT_FALSE(Has(*e, 10));
+  e->SetListener(nullptr);
+}
+
 TEST(BoundedCache, WriterEvictsOnEnospcAndFailsOnlyWhenAllArePinned) {
   TempDir dir;
   EngineOptions o = Opts(dir.path());

@@ -1,7 +1,8 @@
 // kvfs as a bounded cache, through the mount: a small --capacity with 4 MiB files, eviction to
 // the low watermark in policy order (lru, fifo, lfu, prefix), evicted names missing, open
 // readers unaffected, pins and user.kvfs.parent links kept across restarts, a file bigger than
-// the high watermark kept until the next write needs its room.
+// the high watermark kept until the next write needs its room, a file being written never a
+// victim.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -96,6 +97,42 @@ TEST_F(EvictionMountTest, AFileOverTheHighWatermarkStaysUntilTheNextWriteNeedsRo
     const auto s = Status();
     EXPECT_EQ(s["files"].get<uint64_t>(), 1u);
     EXPECT_LE(s["used_bytes"].get<uint64_t>(), uint64_t{12} << 20);
+  }
+}
+
+TEST_F(EvictionMountTest, AFileWhoseWriterIsStillOpenIsNeverAVictim) {
+  if (memory_store()) GTEST_SKIP() << "the memory store does not evict";
+  // A version published while its writer stays open (a FLUSH from close of a dup, or the
+  // window between close(2) and the RELEASE) used to be evicted by another file's publish:
+  // the fs keeps a name its writer holds, so the name stayed while the engine forgot the
+  // file, and its space was never evictable again (a ghost until restart).
+  for (const char* policy : {"lru", "lfu", "fifo", "prefix"}) {
+    SCOPED_TRACE(policy);
+    Remount({"--eviction", policy});
+    const std::string a = RandomBytes(28 << 20, 1);
+    const int fd = ::open(P("a").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, a.data(), a.size()), static_cast<ssize_t>(a.size()));
+    ASSERT_EQ(::close(::dup(fd)), 0);             // FLUSH: "a" is published, its session stays open
+    WriteFile(P("b"), RandomBytes(34 << 20, 2));  // past the high watermark: "a" is the victim
+    EXPECT_EQ(Status()["files"].get<uint64_t>(), 2u);
+    EXPECT_EQ(Evictions(), 0u);
+    // Nor by hand while it is being written.
+    EXPECT_NE(::setxattr(P("a").c_str(), "user.kvfs.evict", "1", 1, 0), 0);
+    EXPECT_EQ(errno, EBUSY);
+    ASSERT_EQ(::close(fd), 0);
+    WaitNoOpenFiles();
+    EXPECT_TRUE(ReadFile(P("a")) == a);
+    // Closed, it is an ordinary victim: later writes evict it, and what the engine holds is
+    // what the names say.
+    for (int i = 0; i < 4; ++i) WriteFile(P(Name(i)), RandomBytes(20 << 20, 10 + i));
+    EXPECT_TRUE(Gone("a"));
+    EXPECT_TRUE(ReadFile(P(Name(3))) == RandomBytes(20 << 20, 13));
+    const auto s = Status();
+    size_t names = 0;
+    for (const auto& e : std::filesystem::directory_iterator(mnt_)) names += e.is_regular_file();
+    EXPECT_EQ(s["files"].get<uint64_t>(), names);
+    EXPECT_LE(s["used_bytes"].get<uint64_t>(), uint64_t{56} << 20);
   }
 }
 

@@ -98,6 +98,20 @@ int MountTest::Stop() {
   return -1;
 }
 
+std::map<std::string, uint64_t> MountTest::Stats() const {
+  std::map<std::string, uint64_t> out;
+  std::istringstream in(ReadFile(P(".kvfs/stats")));
+  std::string key;
+  double value;
+  while (in >> key >> value) out[key] = static_cast<uint64_t>(value);
+  return out;
+}
+
+void MountTest::WaitNoOpenFiles() const {
+  for (int i = 0; i < 1000 && Stats()["open_files"] > 0; ++i) usleep(5000);
+  ASSERT_EQ(Stats()["open_files"], 0u) << "a handle was not released within 5 s";
+}
+
 std::string MountTest::DaemonLog() const {
   std::ifstream in(base_ + "/daemon.log");
   std::stringstream ss;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,10 @@ class MountTest : public ::testing::Test {
   // Runs a shell command, returns its exit status; output in *out when given.
   static int Shell(const std::string& cmd, std::string* out = nullptr);
   std::string DaemonLog() const;
+  // .kvfs/stats as numbers.
+  std::map<std::string, uint64_t> Stats() const;
+  // RELEASE comes after close(2) returns: waits until the daemon holds no open file.
+  void WaitNoOpenFiles() const;
 
   std::string base_, mnt_, data_;
   pid_t pid_ = -1;

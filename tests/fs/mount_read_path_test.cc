@@ -20,19 +20,6 @@ namespace {
 
 class MountReadPathTest : public MountTest {
  protected:
-  std::map<std::string, uint64_t> Stats() {
-    std::map<std::string, uint64_t> out;
-    std::istringstream in(ReadFile(P(".kvfs/stats")));
-    std::string key;
-    double value;
-    while (in >> key >> value) out[key] = static_cast<uint64_t>(value);
-    return out;
-  }
-  // RELEASE comes after close(2) returns: waits until the daemon holds no open file.
-  void WaitNoOpenFiles() {
-    for (int i = 0; i < 1000 && Stats()["open_files"] > 0; ++i) usleep(5000);
-    ASSERT_EQ(Stats()["open_files"], 0u) << "a handle was not released within 5 s";
-  }
   // Drops this file's pages from the page cache, so the next buffered read reaches the daemon.
   static void DropPages(const std::string& path) {
     int fd = open(path.c_str(), O_RDONLY);
