@@ -1,6 +1,8 @@
 #include "config_file.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <set>
+#include <sstream>
 #include <toml.hpp>
 
 #include "kvfs/size.h"
@@ -300,14 +303,49 @@ static std::string Printable(const std::string& s) {
   return out;
 }
 
+// The whole file, read here rather than by toml11: a config is a regular file of a few lines,
+// and toml11 sizes its read by seeking, so /dev/zero parsed as an empty config (kvfs started
+// with every default) and a FIFO could block it.
+static Result<std::string> ReadConfigText(const std::string& path) {
+  constexpr off_t kMaxConfig = 1 << 20;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  Status status;
+  if (::fstat(fd, &st) != 0) {
+    status = Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    status = Status::Invalid("config " + path + ": not a regular file");
+  } else if (st.st_size > kMaxConfig) {
+    status = Status::Invalid("config " + path + ": too large (" + std::to_string(st.st_size) +
+                             " bytes; at most 1 MiB)");
+  } else {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    text.resize(got);
+    if (text.find('\0') != std::string::npos)
+      status = Status::Invalid("config " + path + ": has NUL bytes: not a TOML text file");
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return text;
+}
+
 Status LoadConfigFile(const std::string& path, MountOptions& options) {
   Reader r(path);
-  if (access(path.c_str(), R_OK) != 0)
-    return Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
+  KVFS_ASSIGN_OR_RETURN(std::string text, ReadConfigText(path));
   toml::value root;
   // toml11 reports syntax errors by throwing; nothing past this point throws.
   try {
-    root = toml::parse(path);
+    std::istringstream in(text);
+    root = toml::parse(in, path);
   } catch (const std::exception& e) {
     return Status::Invalid("config " + path + ": " + Printable(e.what()));
   }

@@ -3,6 +3,7 @@
 #include "config_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -203,6 +204,25 @@ TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
   auto missing = Parse({"--config", dir_ + "/no-such.toml"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.message.find("no-such.toml"), std::string::npos);
+  // Not a config at all: /dev/zero used to parse as an empty file (every default), a FIFO
+  // could block the start; a huge file or one with NUL bytes is no TOML text either.
+  for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero", "not a regular file"}, {dir_, "not a regular file"}}) {
+    auto p = Parse({"--config", path});
+    EXPECT_EQ(p.exit_code, 2) << path;
+    EXPECT_NE(p.message.find(why), std::string::npos) << p.message;
+  }
+  const std::string fifo = dir_ + "/fifo.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto f = Parse({"--config", fifo});  // returns: nobody writes to the FIFO
+  EXPECT_EQ(f.exit_code, 2);
+  EXPECT_NE(f.message.find("not a regular file"), std::string::npos) << f.message;
+  auto nul = Parse({"--config", Config("capacity = \"1G\"\n" + std::string(2, '\0'))});
+  EXPECT_EQ(nul.exit_code, 2);
+  EXPECT_NE(nul.message.find("NUL"), std::string::npos) << nul.message;
+  auto huge = Parse({"--config", Config("# " + std::string(2 << 20, 'x') + "\n")});
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.message.find("too large"), std::string::npos) << huge.message;
 }
 
 TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
