@@ -1,8 +1,6 @@
 #include "config_file.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -14,6 +12,7 @@
 #include <toml.hpp>
 
 #include "kvfs/size.h"
+#include "kvfs/small_file.h"
 #include "kvfs/transport.h"
 #include "mount_options.h"
 
@@ -303,38 +302,12 @@ static std::string Printable(const std::string& s) {
   return out;
 }
 
-// The whole file, read here rather than by toml11: a config is a regular file of a few lines,
-// and toml11 sizes its read by seeking, so /dev/zero parsed as an empty config (kvfs started
-// with every default) and a FIFO could block it.
+// The whole file, read here rather than by toml11: toml11 sizes its read by seeking, so
+// /dev/zero parsed as an empty config (kvfs started with every default).
 static Result<std::string> ReadConfigText(const std::string& path) {
-  constexpr off_t kMaxConfig = 1 << 20;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
-  struct stat st {};
-  std::string text;
-  Status status;
-  if (::fstat(fd, &st) != 0) {
-    status = Status::Invalid("config " + path + ": cannot read: " + std::strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    status = Status::Invalid("config " + path + ": not a regular file");
-  } else if (st.st_size > kMaxConfig) {
-    status = Status::Invalid("config " + path + ": too large (" + std::to_string(st.st_size) +
-                             " bytes; at most 1 MiB)");
-  } else {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    text.resize(got);
-    if (text.find('\0') != std::string::npos)
-      status = Status::Invalid("config " + path + ": has NUL bytes: not a TOML text file");
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
+  KVFS_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, 1 << 20, "config"));
+  if (text.find('\0') != std::string::npos)
+    return Status::Invalid("config " + path + ": has NUL bytes: not a TOML text file");
   return text;
 }
 
@@ -381,9 +354,12 @@ Status ValidateClusterSettings(const ClusterSettings& c) {
     return Status::Invalid("the etcd prefix must start with '/'");
   if (c.etcd_cert.empty() != c.etcd_key.empty())
     return Status::Invalid("etcd TLS: give both a client certificate and its key, or neither");
+  // Read here once, so a device or FIFO given by mistake fails now, not inside libcurl's TLS
+  // handshake (which reads /dev/zero for ever). 16 MiB: a system CA bundle is a few hundred KiB.
   for (const std::string* f : {&c.etcd_ca, &c.etcd_cert, &c.etcd_key}) {
-    if (!f->empty() && access(f->c_str(), R_OK) != 0)
-      return Status::Invalid("etcd TLS file " + *f + ": " + std::strerror(errno));
+    if (f->empty()) continue;
+    auto text = ReadSmallFile(*f, 16 << 20, "etcd TLS file");
+    if (!text.ok()) return Status::Invalid(text.status().message());
   }
   if (c.replicas < 1 || c.replicas > 64) return Status::Invalid("replicas must be 1..64");
   if (c.request_timeout_ms < 10) return Status::Invalid("request timeout must be >= 10 ms");

@@ -7,9 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <random>
-#include <sstream>
+
+#include "kvfs/small_file.h"
 
 namespace kvfs {
 namespace {
@@ -28,15 +28,14 @@ Result<SharedSecret> SharedSecret::FromBytes(std::string bytes) {
 }
 
 Result<SharedSecret> SharedSecret::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(ENOENT, "cannot read shared secret file " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // A secret is 16 bytes to a few hundred; 64 KiB is far past any real one, and /dev/zero or
+  // a FIFO given by mistake fails at once instead of hanging the start.
+  KVFS_ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(path, 64 << 10, "shared secret file"));
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
     spdlog::warn("shared secret file {} is readable by group or others", path);
   }
-  auto secret = FromBytes(ss.str());
+  auto secret = FromBytes(std::move(bytes));
   if (!secret.ok()) return Status::Invalid(secret.status().message() + " (" + path + ")");
   return secret;
 }

@@ -254,6 +254,13 @@ TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
   ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd +
                 "secret_file = " + s + "\netcd_ca = \"" + dir_ + "/no-ca.pem\"\n",
             "no-ca.pem");
+  // Not files: the TLS handshake would read /dev/zero for ever; the secret file likewise.
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd +
+                "secret_file = " + s + "\netcd_ca = \"/dev/zero\"\n",
+            "etcd TLS file /dev/zero: not a regular file");
+  ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:7400\"\n[cluster]\n" + etcd +
+                "secret_file = \"/dev/zero\"\n",
+            "/dev/zero: not a regular file");
   // The same through flags.
   EXPECT_EQ(Parse({"--listen", "127.0.0.2:7400", "--node-id", "1"}).exit_code, 2);
   EXPECT_EQ(Parse({"--etcd", "http://127.0.0.1:2379", "--listen", "127.0.0.2", "--node-id", "1",

@@ -2,6 +2,7 @@
 #include "auth.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -102,8 +103,18 @@ TEST(SharedSecretFile, ReadsAndStripsNewline) {
   EXPECT_EQ(s->bytes(), "0123456789abcdef-secret");
   { std::ofstream(path) << "short\n"; }
   EXPECT_EQ(SharedSecret::FromFile(path).status().err(), EINVAL);
+  { std::ofstream(path) << std::string(100 << 10, 'k'); }  // no secret is 100 KiB
+  EXPECT_EQ(SharedSecret::FromFile(path).status().err(), EINVAL);
   ::unlink(path);
   EXPECT_EQ(SharedSecret::FromFile(path).status().err(), ENOENT);
+  // Not files: /dev/zero never ended (the start hung, growing), a FIFO blocked it.
+  EXPECT_EQ(SharedSecret::FromFile("/dev/zero").status().err(), EINVAL);
+  EXPECT_EQ(SharedSecret::FromFile("/tmp").status().err(), EINVAL);
+  ASSERT_EQ(::mkfifo(path, 0600), 0);
+  auto fifo = SharedSecret::FromFile(path);
+  EXPECT_EQ(fifo.status().err(), EINVAL);
+  EXPECT_NE(fifo.status().message().find("not a regular file"), std::string::npos);
+  ::unlink(path);
 }
 
 }  // namespace
