@@ -47,6 +47,7 @@ class LocalEngineImpl final : public LocalEngine {
                              std::vector<DataDigest>* digests) override;
   Status Verify(const LayoutRef& layout) override;
   Result<uint64_t> ContentChecksum(const LayoutRef& layout) const override;
+  uint64_t DiskBytes(const Layout& layout) const override;
   Result<std::unique_ptr<ChunkReader>> NewReader(LayoutRef layout) override;
   void SetListener(StoreListener* listener) override { listener_ = listener; }
   StoreStats Stats() const override;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "chunk_writer.h"
+#include "engine_eviction.h"
 #include "local_engine_impl.h"
 #include "record_codec.h"
 #include "segment_codec.h"
@@ -58,6 +59,10 @@ Result<uint64_t> LocalEngineImpl::ContentChecksum(const LayoutRef& layout) const
     return Status::Invalid("layout was not made by this engine");
   }
   return SegmentsDigest(layout.get());
+}
+
+uint64_t LocalEngineImpl::DiskBytes(const Layout& layout) const {
+  return AllocatedBytes(layout);  // the stored extents: a hole takes none
 }
 
 Status LocalEngineImpl::Verify(const LayoutRef& layout) {

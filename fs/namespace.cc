@@ -40,17 +40,13 @@ struct timespec ToTimespec(const Timespec64& t) {
   return ts;
 }
 
-// Allocated bytes as du should count them: the stored extents (4 KiB granules) when the layout
-// names segments, else the size rounded up (the in-memory store keeps no segments).
-uint64_t AllocatedBytes(const NamelessRecord& rec, uint64_t size_now) {
+// Allocated bytes as du should count them: what the store says the published version takes
+// (the engine: its stored extents, none for holes; `truncate -s 1G` made 1 GiB of du from no
+// data), else, while a writer changes the size, the size rounded up.
+uint64_t AllocatedBytes(const ChunkStore& store, const NamelessRecord& rec, uint64_t size_now) {
   if (IsSpecial(rec.type)) return 0;  // metadata only
   if (rec.type != ObjectType::kFile) return 4096;
-  uint64_t bytes = 0;
-  if (rec.layout && !rec.layout->segments.empty() && rec.layout->size == size_now) {
-    for (const auto& seg : rec.layout->segments)
-      bytes += (uint64_t{seg.stored_len} + 4095) & ~4095ull;
-    return bytes;
-  }
+  if (rec.layout && rec.layout->size == size_now) return store.DiskBytes(*rec.layout);
   return (size_now + 4095) & ~4095ull;
 }
 
@@ -246,7 +242,7 @@ EntryInfo Namespace::MakeEntry(const Inode* in, const FileHandle* fh) const {
   if (in->dir) size = 4096;
   st.st_size = static_cast<off_t>(size);
   st.st_blksize = 1 << 20;  // a hint for buffered copies (cp, Python); O_DIRECT uses f_bsize
-  st.st_blocks = static_cast<blkcnt_t>(AllocatedBytes(r, size) / 512);
+  st.st_blocks = static_cast<blkcnt_t>(AllocatedBytes(*store_, r, size) / 512);
   st.st_atim = ToTimespec(r.atime);
   st.st_mtim = ToTimespec(r.mtime);
   st.st_ctim = ToTimespec(r.ctime);

@@ -238,6 +238,10 @@ class ChunkStore {
   // (user.kvfs.checksum): derived from checksums the store already keeps, so it reads no data.
   // Null layout (an empty file): the digest of nothing. ENODATA when the store has none.
   virtual Result<uint64_t> ContentChecksum(const LayoutRef& layout) const = 0;
+  // Bytes one published version takes on this node's devices, for st_blocks (du): by default
+  // its size rounded up to 4 KiB; the engine counts its stored extents, so holes take none and
+  // compressed segments less.
+  virtual uint64_t DiskBytes(const Layout& layout) const { return (layout.size + 4095) & ~4095ull; }
   // The listener outlives the store's use of it; null detaches. Stores that never drop records
   // on their own ignore it.
   virtual void SetListener(StoreListener* /*listener*/) {}

@@ -37,6 +37,34 @@ TEST_F(FilesTest, WriteCloseReadBack) {
   close(fd);
 }
 
+TEST_F(FilesTest, DuCountsStoredDataNotHoles) {
+  // `truncate -s 1G` stores nothing; st_blocks said 1 GiB, so du disagreed with df by the
+  // whole size of every sparse file.
+  if (memory_store()) GTEST_SKIP() << "the in-memory store keeps no extents";
+  const std::string hole = P("hole");
+  ASSERT_EQ(::truncate(hole.c_str(), 0), -1);  // does not exist yet
+  int fd = ::open(hole.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t{1} << 30), 0);
+  ASSERT_EQ(::close(fd), 0);
+  struct stat st;
+  ASSERT_EQ(::stat(hole.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, off_t{1} << 30);
+  EXPECT_EQ(st.st_blocks, 0);
+  // A few bytes in the middle: one segment's extent, not the size.
+  fd = ::open(hole.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "mid", 3, off_t{500} << 20), 3);
+  ASSERT_EQ(::close(fd), 0);
+  ASSERT_EQ(::stat(hole.c_str(), &st), 0);
+  EXPECT_GT(st.st_blocks, 0);
+  EXPECT_LE(st.st_blocks * 512, 2 << 20);
+  // Dense data counts at least its size.
+  WriteFile(P("dense"), RandomBytes(3 << 20, 7));
+  ASSERT_EQ(::stat(P("dense").c_str(), &st), 0);
+  EXPECT_GE(st.st_blocks * 512, 3 << 20);
+}
+
 TEST_F(FilesTest, ReaderOpenedBeforeCloseSeesOldVersion) {
   WriteFile(P("f"), "old content");
   int w = open(P("f").c_str(), O_WRONLY | O_TRUNC);
