@@ -118,6 +118,11 @@ void ClusterStore::Shutdown() {
   }
   house_cv_.notify_all();
   if (house_.joinable()) house_.join();
+  // Fetches of released readers still use this store (each GET has a deadline).
+  {
+    std::unique_lock lock(fetch_mu_);
+    fetch_cv_.wait(lock, [&] { return fetches_ == 0; });
+  }
   // Placements in flight finish (their PUTs have deadlines) before the log that awaits them
   // stops; a publish after this places on its caller's thread.
   placing_->Stop();
@@ -126,6 +131,16 @@ void ClusterStore::Shutdown() {
   if (log_) log_->Stop();
   if (membership_) membership_->Leave();
   if (server_) server_->Stop();
+}
+
+void ClusterStore::FetchPosted() {
+  std::lock_guard lock(fetch_mu_);
+  ++fetches_;
+}
+
+void ClusterStore::FetchDone() {
+  std::lock_guard lock(fetch_mu_);
+  if (--fetches_ == 0) fetch_cv_.notify_all();
 }
 
 uint16_t ClusterStore::port() const { return server_ ? server_->port() : 0; }

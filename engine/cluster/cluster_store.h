@@ -114,6 +114,11 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void NoteFailure(NodeId node, const Status& st);
   PeerCounters* CountersFor(NodeId node);
   std::chrono::milliseconds request_timeout() const { return options_.request_timeout; }
+  // A PeerReader's piece fetch, from its posting to its end: the store waits for these at
+  // shutdown, so a reader being released need not wait for its GETs (a frozen holder held the
+  // release for a request timeout).
+  void FetchPosted();
+  void FetchDone();
   // Copies a held chunk to `node` (PUT), for placement and repair.
   Status PushChunk(uint64_t chunk, const LayoutRef& local, NodeId node);
   const ClusterOptions& options() const { return options_; }
@@ -247,6 +252,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::thread house_;
   std::mutex house_mu_;
   std::condition_variable house_cv_;
+  std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_;
+  size_t fetches_ = 0;  // under fetch_mu_: PeerReader pieces posted and not yet done
   bool stop_ = false;
   std::vector<LocalLoss> losses_;  // under house_mu_: waking the housekeeping thread
   std::atomic<bool> was_reachable_{true};

@@ -22,12 +22,14 @@ PeerReader::Piece::~Piece() { g_held_bytes.fetch_sub(charged); }
 
 PeerReader::PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
                        const HolderList& holders)
-    : store_(store), pool_(pool), chunk_(chunk), size_(size), holders_(holders) {}
+    : pool_(pool), size_(size), shared_(std::make_shared<Shared>(store, chunk, size, holders)) {}
 
 PeerReader::~PeerReader() {
-  // Fetches write into pieces this reader owns: wait for the ones under way.
-  std::unique_lock lock(shared_->mu);
-  shared_->cv.wait(lock, [&] { return shared_->in_flight == 0; });
+  // No wait for the GETs under way: they own their pieces and buffers, and the store waits for
+  // them at shutdown. Those not started yet see `released` and skip their GET.
+  std::lock_guard lock(shared_->mu);
+  shared_->released = true;
+  shared_->pieces.clear();  // done pieces give their bytes back to the budget now
 }
 
 void PeerReader::Request(uint64_t index, bool ahead) {
@@ -36,47 +38,63 @@ void PeerReader::Request(uint64_t index, bool ahead) {
   if (ahead && g_held_bytes.load() + len > kAheadBudget) return;
   auto piece = std::make_shared<Piece>(len);
   shared_->pieces[index] = piece;
-  ++shared_->in_flight;
-  pool_->Post([this, index, piece] { Fetch(index, piece); });
+  shared_->store->FetchPosted();
+  pool_->Post([shared = shared_, index, piece] { Fetch(shared, index, piece); });
 }
 
-void PeerReader::Fetch(uint64_t index, const std::shared_ptr<Piece>& piece) {
+void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
+                       const std::shared_ptr<Piece>& piece) {
+  ClusterStore* const store = shared->store;
+  const uint64_t chunk = shared->chunk;
   const uint64_t offset = index * kPiece;
-  const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, size_ - offset));
-  // Not zero-filled: the GET overwrites every byte that is served.
-  std::shared_ptr<uint8_t[]> buf = std::make_shared_for_overwrite<uint8_t[]>(len);
-  Status last = Status::IoError("chunk " + Hex16(chunk_) + " has no reachable holder");
+  const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, shared->size - offset));
+  bool skip;
+  {
+    std::lock_guard lock(shared->mu);
+    skip = shared->released;
+  }
+  Status last = Status::IoError("chunk " + Hex16(chunk) + " has no reachable holder");
   size_t got = 0;
-  for (NodeId node : store_->ReadOrder(holders_)) {
-    PeerClient* client = store_->Client(node);
-    if (client == nullptr) continue;
-    wire::GetRequest req;
-    req.key = ChunkName(chunk_);
-    req.offset = offset;
-    req.length = len;
-    CallOptions call;
-    call.timeout = store_->request_timeout();
-    if (PeerCounters* c = store_->CountersFor(node)) ++c->gets_sent;
-    auto r = client->Get(req, std::span<uint8_t>(buf.get(), len), call);
-    if (r.ok() && r->length == len) {
-      got = len;
-      break;
-    }
-    last = r.ok() ? Status::IoError("short answer from node " + std::to_string(node)) : r.status();
-    store_->NoteFailure(node, last);
-    spdlog::debug("cluster: piece {} of chunk {} from node {}: {}", index, Hex16(chunk_), node,
-                  last.ToString());
-  }
-  std::lock_guard lock(shared_->mu);
-  piece->done = true;
-  if (got == len) {
-    piece->buf = std::move(buf);
-    piece->len = len;
+  std::shared_ptr<uint8_t[]> buf;
+  if (skip) {
+    last = Status::Error(ECANCELED, "reader released");
   } else {
-    piece->status = UnreadableChunk(chunk_, last);
+    // Not zero-filled: the GET overwrites every byte that is served.
+    buf = std::make_shared_for_overwrite<uint8_t[]>(len);
+    for (NodeId node : store->ReadOrder(shared->holders)) {
+      PeerClient* client = store->Client(node);
+      if (client == nullptr) continue;
+      wire::GetRequest req;
+      req.key = ChunkName(chunk);
+      req.offset = offset;
+      req.length = len;
+      CallOptions call;
+      call.timeout = store->request_timeout();
+      if (PeerCounters* c = store->CountersFor(node)) ++c->gets_sent;
+      auto r = client->Get(req, std::span<uint8_t>(buf.get(), len), call);
+      if (r.ok() && r->length == len) {
+        got = len;
+        break;
+      }
+      last =
+          r.ok() ? Status::IoError("short answer from node " + std::to_string(node)) : r.status();
+      store->NoteFailure(node, last);
+      spdlog::debug("cluster: piece {} of chunk {} from node {}: {}", index, Hex16(chunk), node,
+                    last.ToString());
+    }
   }
-  --shared_->in_flight;
-  shared_->cv.notify_all();
+  {
+    std::lock_guard lock(shared->mu);
+    piece->done = true;
+    if (got == len) {
+      piece->buf = std::move(buf);
+      piece->len = len;
+    } else {
+      piece->status = UnreadableChunk(chunk, last);
+    }
+  }
+  shared->cv.notify_all();
+  store->FetchDone();  // last: the store may be waiting to shut down
 }
 
 void PeerReader::Prefetch(uint64_t offset, size_t len) {

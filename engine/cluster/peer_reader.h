@@ -43,23 +43,30 @@ class PeerReader final : public ChunkReader {
     Status status;
     const size_t charged;  // counted against kAheadBudget from creation
   };
+  // What a fetch needs, shared with the fetches under way: a released reader does not wait
+  // for them (they finish into pieces nobody reads; the store outlives them) and the ones not
+  // started yet are skipped.
   struct Shared {
+    Shared(ClusterStore* s, uint64_t c, uint64_t n, const HolderList& h)
+        : store(s), chunk(c), size(n), holders(h) {}
+    ClusterStore* const store;
+    const uint64_t chunk;
+    const uint64_t size;
+    const HolderList holders;
     std::mutex mu;
     std::condition_variable cv;
     std::map<uint64_t, std::shared_ptr<Piece>> pieces;  // by index
-    size_t in_flight = 0;
+    bool released = false;                              // the reader is gone
   };
   // Starts the GET of piece `index` unless it exists or is past the end; one that no READ is
   // waiting for (`ahead`) only within kAheadBudget. shared_->mu held.
   void Request(uint64_t index, bool ahead);
-  void Fetch(uint64_t index, const std::shared_ptr<Piece>& piece);
+  static void Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
+                    const std::shared_ptr<Piece>& piece);
 
-  ClusterStore* const store_;
   TaskPool* const pool_;
-  const uint64_t chunk_;
   const uint64_t size_;
-  const HolderList holders_;
-  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  const std::shared_ptr<Shared> shared_;
 };
 
 }  // namespace kvfs::cluster

@@ -31,6 +31,13 @@ def gets_sent(c, k, to):
     return int(row.get("gets_sent", 0))
 
 
+def open_files(c, k):
+    """Handles node k has not released yet (.kvfs/stats open_files)."""
+    with open(c.path(k, ".kvfs/stats")) as f:
+        stats = dict(line.split() for line in f if line.strip())
+    return int(float(stats["open_files"]))
+
+
 class ClusterRemoteReads(unittest.TestCase):
     # The same cluster start and bounded read as the main module's tests.
     cluster = base.ClusterMount.cluster
@@ -100,6 +107,28 @@ class ClusterRemoteReads(unittest.TestCase):
         fd = os.open(c.path(2, "pf"), os.O_RDONLY)  # keeps the page cache: no GET
         os.close(fd)
         open_close(os.O_RDONLY | os.O_DIRECT, since, 1)  # around the cache: one GET, not two
+
+    def test_releasing_a_reader_does_not_wait_for_a_frozen_holder(self):
+        # A cold open starts the GET of the first piece; with the only holder frozen, that GET
+        # waits for the request timeout. The release of the handle must not: it used to wait
+        # for the reader's GETs, holding a FUSE thread for the whole timeout per closed file.
+        c = self.cluster(n=2, replicas=1, request_timeout_ms=5000)
+        self.publish_remote_to_2(c, "rel", chunk_bytes("rel", 3 << 20))
+        before = gets_sent(c, 2, 1)
+        pid = c.node(1).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            fd = os.open(c.path(2, "rel"), os.O_RDONLY)
+            wait_until(lambda: gets_sent(c, 2, 1) > before, VISIBLE_S, 0.01,
+                       what="node 2's prefetch GET")
+            t0 = time.monotonic()
+            os.close(fd)
+            wait_until(lambda: open_files(c, 2) == 0, 10.0, 0.01,
+                       what="node 2 releases the handle")
+            released = time.monotonic() - t0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.assertLess(released, 2.5, f"the release took {released:.2f} s (timeout 5 s)")
 
     def test_files_held_open_unread_prefetch_within_a_budget(self):
         # 150 remote files of one 2 MiB piece each, opened on node 2 and held open unread: the
