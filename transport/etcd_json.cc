@@ -71,6 +71,21 @@ Result<int64_t> HeaderRevision(const json& j) {
   return rev;
 }
 
+// header.cluster_id, a uint64 in a string (0 when absent or unreadable: it only detects an etcd
+// that lost its data, and a watch must not fail for it).
+uint64_t HeaderClusterId(const json& j) {
+  auto h = j.find("header");
+  if (h == j.end() || !h->is_object()) return 0;
+  auto it = h->find("cluster_id");
+  if (it == h->end()) return 0;
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (!it->is_string()) return 0;
+  const std::string& s = it->get_ref<const std::string&>();
+  uint64_t id = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
+  return ec == std::errc() && p == s.data() + s.size() ? id : 0;
+}
+
 Status DecodeKv(const json& j, KeyValue* kv) {
   if (!j.is_object()) return Bad("kv is not an object");
   if (!GetBytes(j, "key", &kv->key) || !GetBytes(j, "value", &kv->value) ||
@@ -307,6 +322,7 @@ Result<WatchResponse> DecodeWatch(std::string_view line) {
   }
   WatchResponse w;
   KVFS_ASSIGN_OR_RETURN(w.revision, HeaderRevision(*result));
+  w.cluster_id = HeaderClusterId(*result);
   if (!GetBool(*result, "canceled", &w.canceled) ||
       !GetInt(*result, "compact_revision", &w.compact_revision)) {
     return Bad("watch fields");

@@ -7,6 +7,9 @@
 //   P d/<parent, 16 hex>/<name>  a name: the id holding it (16 hex). Written and deleted in the
 //                                same transaction as the record that holds the name, so a
 //                                transaction can demand that a name is free (O_EXCL, mkdir)
+//   P epoch                      a random value put by the first node that finds none: an etcd
+//                                wiped or restored from an older backup has another (or none),
+//                                so a node sees that the revisions it applied are not its
 //
 // Object ids carry their node id in the high 16 bits, so "i/" keys sort by node and a node
 // finds the highest id it ever used with one descending range read.
@@ -32,6 +35,7 @@ class NamespaceKeys {
   std::string DrainPrefix() const { return prefix_ + "x/"; }
   std::string Record(ObjectId id) const;
   std::string RecordPrefix() const { return prefix_ + "i/"; }
+  std::string Epoch() const { return prefix_ + "epoch"; }
   std::string Name(uint64_t parent, std::string_view name) const;
   std::string NamePrefix(uint64_t parent) const;  // every name in one directory
 

@@ -143,7 +143,17 @@ class NamespaceLog {
   void Finish(Pending& p, Status st, int64_t revision);
 
   void WatchLoop();
-  Status Resync();
+  // Re-reads the whole namespace. `history_lost`: etcd no longer has the revisions this node
+  // applied (wiped, or restored from an older backup): every record not in it goes, whatever
+  // revision it carries, and what this node noted of its own old commits is forgotten.
+  Status Resync(bool history_lost = false);
+  // Whether a watch answer shows an etcd that lost the history this node applied: another
+  // cluster id than before, or a revision behind the applied one. Watch thread only.
+  bool HistoryLost(const etcd::WatchResponse& resp);
+  // The etcd's epoch (keys Epoch), put when there is none. A wiped etcd started with the same
+  // configuration has the same cluster id, and its revision may be past this node's by the
+  // time it reconnects: only the epoch tells its history apart.
+  Result<std::string> ReadOrPutEpoch();
   void DeliverGroup(int64_t revision, std::vector<etcd::Event>& events);
   bool WaitApplied(int64_t revision, std::chrono::milliseconds timeout);
 
@@ -160,6 +170,8 @@ class NamespaceLog {
   std::condition_variable applied_cv_;
   std::thread watch_, commit_;
   bool started_ = false;
+  uint64_t etcd_cluster_id_ = 0;  // the watch thread's: the etcd cluster it has read from
+  std::string epoch_;             // the epoch of the history applied (Load, then watch thread)
 
   // Commit queue.
   mutable std::mutex mu_;

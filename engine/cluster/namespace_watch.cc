@@ -1,8 +1,10 @@
 // NamespaceLog, apply side: the paged load, the watch that applies other nodes' changes in
 // revision order, and the paged re-read when compaction outran the watch.
+#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 
 #include "namespace_log.h"
 #include "record_scan.h"
@@ -10,8 +12,30 @@
 
 namespace kvfs::cluster {
 
+Result<std::string> NamespaceLog::ReadOrPutEpoch() {
+  const std::string key = keys_->Epoch();
+  uint8_t random[16];
+  std::string fresh;
+  if (RAND_bytes(random, sizeof random) == 1) {
+    for (uint8_t b : random) fresh += Hex16(b).substr(14);
+  } else {
+    fresh = Hex16(static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  }
+  etcd::TxnRequest txn;
+  txn.compare.push_back(
+      {key, "", etcd::Compare::Target::kVersion, etcd::Compare::Op::kEqual, 0, ""});
+  txn.success.push_back({etcd::TxnOp::Kind::kPut, key, fresh, "", 0, 0});
+  txn.failure.push_back({etcd::TxnOp::Kind::kRange, key, "", "", 0, 0});
+  KVFS_ASSIGN_OR_RETURN(etcd::TxnResponse r, etcd_->Txn(txn));
+  if (r.succeeded) return fresh;
+  if (r.ranges.empty() || r.ranges[0].kvs.empty()) return Status::IoError("etcd epoch vanished");
+  return r.ranges[0].kvs[0].value;
+}
+
 Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Before the scan: records read after it belong to this epoch's history.
+  KVFS_ASSIGN_OR_RETURN(epoch_, ReadOrPutEpoch());
   size_t n = 0;
   auto counting = [&](ObjectRecord&& rec) {
     ++n;
@@ -37,9 +61,26 @@ bool NamespaceLog::WaitApplied(int64_t revision, std::chrono::milliseconds timeo
                               [&] { return stop_.load() || applied_.load() >= revision; });
 }
 
-Status NamespaceLog::Resync() {
+bool NamespaceLog::HistoryLost(const etcd::WatchResponse& resp) {
+  if (resp.cluster_id != 0) {
+    if (etcd_cluster_id_ == 0) etcd_cluster_id_ = resp.cluster_id;
+    if (resp.cluster_id != etcd_cluster_id_) return true;
+  }
+  return resp.revision > 0 && resp.revision < applied_.load();
+}
+
+Status NamespaceLog::Resync(bool history_lost) {
   // The commit side keeps going: what this node commits after the re-read's revision is added
   // to the present set, and what it has in flight carries revision 0 in the fs (kept).
+  const int64_t applied_before = applied_.load();
+  if (history_lost) {
+    // Revisions of the old history mean nothing in the new one.
+    std::lock_guard lock(mu_);
+    own_revisions_.clear();
+    rebase_.clear();
+    rebase_age_.clear();
+    reset_at_.clear();
+  }
   std::vector<ObjectId> present;
   std::vector<ObjectRecord> page;
   auto flush = [&] {
@@ -64,7 +105,11 @@ Status NamespaceLog::Resync() {
   }
   std::sort(present.begin(), present.end());
   present.erase(std::unique(present.begin(), present.end()), present.end());
-  if (hooks_.resync) hooks_.resync(present, revision);
+  // After lost history the fs's records carry revisions of the old one, some above the new
+  // re-read's: every record not present goes. (A commit of this node that lands between the
+  // scan and this call is the one it could drop; after a wiped etcd that is accepted.)
+  const int64_t cutoff = history_lost ? std::max(revision, applied_before) : revision;
+  if (hooks_.resync) hooks_.resync(present, cutoff);
   applied_ = revision;
   applied_cv_.notify_all();
   spdlog::warn("cluster: namespace re-read at revision {} ({} records)", revision, present.size());
@@ -117,7 +162,8 @@ void NamespaceLog::DeliverGroup(int64_t revision, std::vector<etcd::Event>& even
 }
 
 void NamespaceLog::WatchLoop() {
-  bool need_resync = false;
+  bool need_resync = false, history_lost = false, resumed = false;
+  int64_t etcd_now = 0;
   int failures = 0;
   while (!stop_.load()) {
     std::vector<ObjectId> uncertain;
@@ -132,7 +178,7 @@ void NamespaceLog::WatchLoop() {
       ResetTo(probe, 0);
     }
     if (need_resync) {
-      Status st = Resync();
+      Status st = Resync(history_lost);
       if (!st.ok()) {
         spdlog::warn("cluster: namespace re-read failed: {}", st.ToString());
         std::unique_lock lock(applied_mu_);
@@ -140,7 +186,31 @@ void NamespaceLog::WatchLoop() {
         continue;
       }
       need_resync = false;
+      history_lost = false;
     }
+    // A watch resumed after an interruption: if etcd lost its data meanwhile, the revisions
+    // ahead of this node's are another history's (the revision check below cannot see that
+    // once the new etcd has passed the old revision).
+    if (resumed) {
+      Result<std::string> epoch = ReadOrPutEpoch();
+      if (!epoch.ok()) {
+        std::unique_lock lock(applied_mu_);
+        applied_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+        continue;
+      }
+      if (*epoch != epoch_) {
+        spdlog::error(
+            "cluster: etcd lost the namespace history this node applied (its epoch is {}, was "
+            "{}): its data was wiped or restored from an older backup; re-reading the namespace "
+            "from it, names it does not hold go",
+            *epoch, epoch_);
+        epoch_ = *epoch;
+        need_resync = true;
+        history_lost = true;
+        continue;
+      }
+    }
+    resumed = true;
     restart_watch_ = false;
     interrupt_watch_ = stop_.load();
     etcd::WatchRequest w;
@@ -152,6 +222,11 @@ void NamespaceLog::WatchLoop() {
         w,
         [&](const etcd::WatchResponse& resp) {
           failures = 0;
+          if (HistoryLost(resp)) {
+            history_lost = true;
+            etcd_now = resp.revision;
+            return false;
+          }
           // One response holds whole revisions, in order.
           std::vector<etcd::Event> group;
           int64_t rev = 0;
@@ -168,6 +243,18 @@ void NamespaceLog::WatchLoop() {
         },
         interrupt_watch_);
     if (stop_.load()) return;
+    if (history_lost) {
+      spdlog::error(
+          "cluster: etcd lost the namespace history this node applied (it is at revision {}, "
+          "this node applied {}, cluster id {:x}): its data was wiped or restored from an older "
+          "backup; re-reading the namespace from it, names it does not hold go",
+          etcd_now, applied_.load(), etcd_cluster_id_);
+      etcd_cluster_id_ = 0;  // the new cluster's id is taken from the next answer
+      Result<std::string> epoch = ReadOrPutEpoch();
+      if (epoch.ok()) epoch_ = *epoch;  // else the next resumed watch finds it changed
+      need_resync = true;
+      continue;
+    }
     if (etcd::IsCompacted(st)) {
       spdlog::warn("cluster: the namespace watch fell behind compaction: re-reading");
       need_resync = true;

@@ -119,6 +119,8 @@ struct WatchRequest {
 
 struct WatchResponse {
   int64_t revision = 0;
+  // The etcd cluster that answered (0: not said). A wiped etcd is a new cluster with a new id.
+  uint64_t cluster_id = 0;
   std::vector<Event> events;  // all events of one revision arrive in one response
   bool canceled = false;
   int64_t compact_revision = 0;  // set when start_revision was compacted (canceled too)

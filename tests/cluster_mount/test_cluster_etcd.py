@@ -9,6 +9,7 @@ import base64
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -210,6 +211,48 @@ class ClusterEtcd(unittest.TestCase):
         self.assertEqual(self.read(c, 2, "c/old4"), b"rewritten")
         self.assertEqual(self.read(c, 2, "c/new3"), b"n3")
         self.assertRegex(c.log(2), r"(?i)compact|re-read")
+
+    def test_a_wiped_etcd_is_read_again_and_its_lost_names_go(self):
+        # etcd restarted on an empty data dir (or an older backup): the revisions the nodes
+        # applied are gone. Node 1 sees etcd's revision behind its own; node 2, frozen through
+        # the wipe while node 1 publishes past its old revision, sees another cluster id. Both
+        # read the namespace again: the lost names go, the new ones are there. (Before, both
+        # kept every old name, and node 2 waited for revisions the new etcd had used already.)
+        c = self.cluster(n=2, replicas=2)
+        os.mkdir(c.path(1, "w"))
+        for i in range(6):
+            self.write(c, 1, f"w/old{i}", chunk_bytes(f"old{i}", 50_000))
+        c.wait_exists(2, "w/old5", VISIBLE_S)
+        old_revision = c.etcd.revision()
+        pid = c.node(2).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            c.etcd.kill9()
+            shutil.rmtree(c.etcd.dir)
+            c.etcd.start()
+
+            def writable():
+                try:
+                    self.write(c, 1, "new0", b"n0")
+                    return True
+                except OSError:
+                    return False
+            wait_until(writable, 30.0, 0.5, what="node 1 accepts changes on the new etcd")
+            i = 1
+            while c.etcd.revision() <= old_revision + 5:
+                self.write(c, 1, f"new{i}", b"n%d" % i)
+                i += 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        want = sorted(f"new{j}" for j in range(i))
+        for k in (1, 2):
+            wait_until(lambda: sorted(n for n in os.listdir(c.path(k)) if n != "w") == want
+                       and not os.path.exists(c.path(k, "w/old0")), 20.0, 0.2,
+                       what=f"node {k} holds only what the new etcd holds")
+            self.assertRegex(c.log(k), r"etcd lost the namespace history")
+        self.assertEqual(self.read(c, 2, f"new{i - 1}"), b"n%d" % (i - 1))
+        self.write(c, 2, "from2", b"2")
+        c.wait_exists(1, "from2", VISIBLE_S)
 
     def test_late_joiner_sees_everything(self):
         c = self.cluster(n=3, replicas=2, start_nodes=[1, 2])
