@@ -147,13 +147,22 @@ class NamespaceLog {
   // applied (wiped, or restored from an older backup): every record not in it goes, whatever
   // revision it carries, and what this node noted of its own old commits is forgotten.
   Status Resync(bool history_lost = false);
-  // Whether a watch answer shows an etcd that lost the history this node applied: another
-  // cluster id than before, or a revision behind the applied one. Watch thread only.
-  bool HistoryLost(const etcd::WatchResponse& resp);
-  // The etcd's epoch (keys Epoch), put when there is none. A wiped etcd started with the same
-  // configuration has the same cluster id, and its revision may be past this node's by the
-  // time it reconnects: only the epoch tells its history apart.
-  Result<std::string> ReadOrPutEpoch();
+  // Whether a watch answer hints that etcd lost the history this node applied: another cluster
+  // id than before, or a revision behind the applied one (also what a lagging member of a
+  // several-member etcd says, so CheckHistory decides). Watch thread only.
+  bool HistoryDoubtful(const etcd::WatchResponse& resp);
+  // The etcd's epoch (keys Epoch), put when there is none, and the revision etcd answered at
+  // (a transaction: linearizable, never a lagging member's).
+  struct Epoch {
+    std::string value;
+    int64_t revision = 0;
+  };
+  Result<Epoch> ReadOrPutEpoch();
+  // True when etcd's history is not the one this node applied: another epoch (a wiped etcd
+  // started with the same flags keeps its cluster id, and may be past this node's revision by
+  // the time it reconnects) or a revision behind the applied one (restored from an older
+  // backup). Adopts the current epoch. Watch thread only.
+  Result<bool> CheckHistory();
   void DeliverGroup(int64_t revision, std::vector<etcd::Event>& events);
   bool WaitApplied(int64_t revision, std::chrono::milliseconds timeout);
 

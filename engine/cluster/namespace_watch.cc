@@ -12,7 +12,7 @@
 
 namespace kvfs::cluster {
 
-Result<std::string> NamespaceLog::ReadOrPutEpoch() {
+Result<NamespaceLog::Epoch> NamespaceLog::ReadOrPutEpoch() {
   const std::string key = keys_->Epoch();
   uint8_t random[16];
   std::string fresh;
@@ -27,15 +27,29 @@ Result<std::string> NamespaceLog::ReadOrPutEpoch() {
   txn.success.push_back({etcd::TxnOp::Kind::kPut, key, fresh, "", 0, 0});
   txn.failure.push_back({etcd::TxnOp::Kind::kRange, key, "", "", 0, 0});
   KVFS_ASSIGN_OR_RETURN(etcd::TxnResponse r, etcd_->Txn(txn));
-  if (r.succeeded) return fresh;
+  if (r.succeeded) return Epoch{fresh, r.revision};
   if (r.ranges.empty() || r.ranges[0].kvs.empty()) return Status::IoError("etcd epoch vanished");
-  return r.ranges[0].kvs[0].value;
+  return Epoch{r.ranges[0].kvs[0].value, r.revision};
+}
+
+Result<bool> NamespaceLog::CheckHistory() {
+  KVFS_ASSIGN_OR_RETURN(Epoch now, ReadOrPutEpoch());
+  const int64_t applied = applied_.load();
+  if (now.value == epoch_ && now.revision >= applied) return false;
+  spdlog::error(
+      "cluster: etcd lost the namespace history this node applied (epoch {}, was {}; revision "
+      "{}, this node applied {}): its data was wiped or restored from an older backup; "
+      "re-reading the namespace from it, names it does not hold go",
+      now.value, epoch_, now.revision, applied);
+  epoch_ = now.value;
+  return true;
 }
 
 Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   // Before the scan: records read after it belong to this epoch's history.
-  KVFS_ASSIGN_OR_RETURN(epoch_, ReadOrPutEpoch());
+  KVFS_ASSIGN_OR_RETURN(Epoch epoch, ReadOrPutEpoch());
+  epoch_ = epoch.value;
   size_t n = 0;
   auto counting = [&](ObjectRecord&& rec) {
     ++n;
@@ -61,7 +75,7 @@ bool NamespaceLog::WaitApplied(int64_t revision, std::chrono::milliseconds timeo
                               [&] { return stop_.load() || applied_.load() >= revision; });
 }
 
-bool NamespaceLog::HistoryLost(const etcd::WatchResponse& resp) {
+bool NamespaceLog::HistoryDoubtful(const etcd::WatchResponse& resp) {
   if (resp.cluster_id != 0) {
     if (etcd_cluster_id_ == 0) etcd_cluster_id_ = resp.cluster_id;
     if (resp.cluster_id != etcd_cluster_id_) return true;
@@ -162,8 +176,7 @@ void NamespaceLog::DeliverGroup(int64_t revision, std::vector<etcd::Event>& even
 }
 
 void NamespaceLog::WatchLoop() {
-  bool need_resync = false, history_lost = false, resumed = false;
-  int64_t etcd_now = 0;
+  bool need_resync = false, history_lost = false, resumed = false, doubtful = false;
   int failures = 0;
   while (!stop_.load()) {
     std::vector<ObjectId> uncertain;
@@ -188,26 +201,27 @@ void NamespaceLog::WatchLoop() {
       need_resync = false;
       history_lost = false;
     }
-    // A watch resumed after an interruption: if etcd lost its data meanwhile, the revisions
-    // ahead of this node's are another history's (the revision check below cannot see that
-    // once the new etcd has passed the old revision).
-    if (resumed) {
-      Result<std::string> epoch = ReadOrPutEpoch();
-      if (!epoch.ok()) {
+    // A watch resumed after an interruption (or one whose answer cast doubt): if etcd lost its
+    // data meanwhile, the revisions ahead of this node's are another history's.
+    if (resumed || doubtful) {
+      Result<bool> lost = CheckHistory();
+      if (!lost.ok()) {
         std::unique_lock lock(applied_mu_);
         applied_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
         continue;
       }
-      if (*epoch != epoch_) {
-        spdlog::error(
-            "cluster: etcd lost the namespace history this node applied (its epoch is {}, was "
-            "{}): its data was wiped or restored from an older backup; re-reading the namespace "
-            "from it, names it does not hold go",
-            *epoch, epoch_);
-        epoch_ = *epoch;
+      etcd_cluster_id_ = 0;  // whatever the verdict, the id is taken again from the next answer
+      if (*lost) {
+        doubtful = false;
         need_resync = true;
         history_lost = true;
         continue;
+      }
+      if (doubtful) {
+        // A member behind the leader answered the watch: give it a moment to catch up.
+        doubtful = false;
+        std::unique_lock lock(applied_mu_);
+        applied_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_.load(); });
       }
     }
     resumed = true;
@@ -222,9 +236,8 @@ void NamespaceLog::WatchLoop() {
         w,
         [&](const etcd::WatchResponse& resp) {
           failures = 0;
-          if (HistoryLost(resp)) {
-            history_lost = true;
-            etcd_now = resp.revision;
+          if (HistoryDoubtful(resp)) {
+            doubtful = true;
             return false;
           }
           // One response holds whole revisions, in order.
@@ -243,18 +256,7 @@ void NamespaceLog::WatchLoop() {
         },
         interrupt_watch_);
     if (stop_.load()) return;
-    if (history_lost) {
-      spdlog::error(
-          "cluster: etcd lost the namespace history this node applied (it is at revision {}, "
-          "this node applied {}, cluster id {:x}): its data was wiped or restored from an older "
-          "backup; re-reading the namespace from it, names it does not hold go",
-          etcd_now, applied_.load(), etcd_cluster_id_);
-      etcd_cluster_id_ = 0;  // the new cluster's id is taken from the next answer
-      Result<std::string> epoch = ReadOrPutEpoch();
-      if (epoch.ok()) epoch_ = *epoch;  // else the next resumed watch finds it changed
-      need_resync = true;
-      continue;
-    }
+    if (doubtful) continue;  // CheckHistory decides, at the top
     if (etcd::IsCompacted(st)) {
       spdlog::warn("cluster: the namespace watch fell behind compaction: re-reading");
       need_resync = true;
