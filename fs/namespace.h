@@ -208,6 +208,10 @@ class Namespace {
   // The shared namespace was re-read at `revision`: committed objects not in `present`
   // (sorted) are gone.
   void ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t revision);
+  // The shared namespace lost its history (StoreListener::OnRemoteHistoryLost): every committed
+  // record's revision becomes 1, older than any of the new history, so the re-read that
+  // follows replaces each record etcd holds and removes each it lacks.
+  void ForgetRemoteRevisions();
 
   // --- open files (file_handle.cc)
   // A new, unpublished file open for writing (flags as in open(2)).

@@ -186,6 +186,14 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
   for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
 }
 
+void Namespace::ForgetRemoteRevisions() {
+  std::lock_guard lock(mu_);
+  inodes_.ForEach([](Inode* in) {
+    // 0 stays 0: a change of this node still in flight, kept by the re-read.
+    if (in->rec.id != kRootId && in->journaled && in->rec.revision != 0) in->rec.revision = 1;
+  });
+}
+
 void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t revision) {
   Stale stale;
   {

@@ -27,6 +27,7 @@ class StoreEvents : public StoreListener {
   void OnRemoteResync(const std::vector<ObjectId>& present, uint64_t revision) override {
     ns_->ApplyRemoteResync(present, revision);
   }
+  void OnRemoteHistoryLost() override { ns_->ForgetRemoteRevisions(); }
 
  private:
   Namespace* ns_;

@@ -80,6 +80,9 @@ Status ClusterStore::Start() {
     OnResync(present, revision);
   };
   hooks.reset = [this](ObjectId id, const ObjectRecord* rec) { OnReset(id, rec); };
+  hooks.history_lost = [this] {
+    if (StoreListener* l = listener_.load()) l->OnRemoteHistoryLost();
+  };
   hooks.writable = [this] { return membership_->etcd_reachable(); };
   log_ = std::make_unique<NamespaceLog>(etcd_.get(), &keys_, lo, std::move(hooks));
   repair_ = std::make_unique<Repairer>(this);

@@ -50,6 +50,9 @@ struct NamespaceLogHooks {
   // After a paged re-read at `revision`: every id present then (sorted); committed records
   // the fs holds that are absent and older than `revision` are gone.
   std::function<void(const std::vector<ObjectId>& present, int64_t revision)> resync;
+  // Before a re-read after lost history (NamespaceLog::Resync): the revisions the fs holds
+  // are of a history etcd no longer has.
+  std::function<void()> history_lost;
   // The state etcd holds for an id after a refused or unknown batch (null: none).
   std::function<void(ObjectId, const ObjectRecord*)> reset;
   // False while etcd is unreachable (membership): changes are refused at once with EROFS.

@@ -86,14 +86,16 @@ bool NamespaceLog::HistoryDoubtful(const etcd::WatchResponse& resp) {
 Status NamespaceLog::Resync(bool history_lost) {
   // The commit side keeps going: what this node commits after the re-read's revision is added
   // to the present set, and what it has in flight carries revision 0 in the fs (kept).
-  const int64_t applied_before = applied_.load();
   if (history_lost) {
-    // Revisions of the old history mean nothing in the new one.
-    std::lock_guard lock(mu_);
-    own_revisions_.clear();
-    rebase_.clear();
-    rebase_age_.clear();
-    reset_at_.clear();
+    // Revisions of the old history mean nothing in the new one, here or in the fs.
+    {
+      std::lock_guard lock(mu_);
+      own_revisions_.clear();
+      rebase_.clear();
+      rebase_age_.clear();
+      reset_at_.clear();
+    }
+    if (hooks_.history_lost) hooks_.history_lost();
   }
   std::vector<ObjectId> present;
   std::vector<ObjectRecord> page;
@@ -119,11 +121,7 @@ Status NamespaceLog::Resync(bool history_lost) {
   }
   std::sort(present.begin(), present.end());
   present.erase(std::unique(present.begin(), present.end()), present.end());
-  // After lost history the fs's records carry revisions of the old one, some above the new
-  // re-read's: every record not present goes. (A commit of this node that lands between the
-  // scan and this call is the one it could drop; after a wiped etcd that is accepted.)
-  const int64_t cutoff = history_lost ? std::max(revision, applied_before) : revision;
-  if (hooks_.resync) hooks_.resync(present, cutoff);
+  if (hooks_.resync) hooks_.resync(present, revision);
   applied_ = revision;
   applied_cv_.notify_all();
   spdlog::warn("cluster: namespace re-read at revision {} ({} records)", revision, present.size());

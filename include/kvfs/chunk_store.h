@@ -135,6 +135,10 @@ class StoreListener {
   // `present` (sorted) is every id it holds. Committed records older than `revision` that are
   // not in it are gone; the present ones arrived through OnRemoteChanges just before.
   virtual void OnRemoteResync(const std::vector<ObjectId>& /*present*/, uint64_t /*revision*/) {}
+  // The shared namespace lost the history whose revisions the records carry (etcd wiped or
+  // restored from an older backup); a re-read follows. Committed records keep their content
+  // but not their revisions: whatever the re-read brings wins, and what it lacks goes.
+  virtual void OnRemoteHistoryLost() {}
 };
 
 // How the daemon and kvfsctl see the nodes of a cluster (.kvfs/nodes, kvfsctl nodes). A single
