@@ -36,6 +36,16 @@ class ClusterEtcd(unittest.TestCase):
         with open(c.path(k, rel), "wb") as f:
             f.write(data)
 
+    def write_when_accepted(self, c, k, rel, data, what):
+        """Writes rel on node k once it accepts changes again (etcd back), within 30 s."""
+        def writable():
+            try:
+                self.write(c, k, rel, data)
+                return True
+            except OSError:
+                return False
+        wait_until(writable, 30.0, 0.5, what=what)
+
     def test_o_excl_race_across_nodes_has_one_winner(self):
         c = self.cluster(n=3, replicas=2)
         os.mkdir(c.path(1, "x"))
@@ -163,13 +173,8 @@ class ClusterEtcd(unittest.TestCase):
         self.assertEqual(self.read(c, 2, "before"), b"b" * 5000)
         c.etcd.start()
         # both nodes register again (their leases may have expired) and accept changes
-        def writable():
-            try:
-                self.write(c, 2, "after", b"a" * 5000)
-                return True
-            except OSError:
-                return False
-        wait_until(writable, 30.0, 0.5, what="node 2 accepts changes after etcd restarted")
+        self.write_when_accepted(c, 2, "after", b"a" * 5000,
+                                  "node 2 accepts changes after etcd restarted")
         c.wait_exists(1, "after", VISIBLE_S)
         self.assertEqual(self.read(c, 1, "after"), b"a" * 5000)
         wait_until(lambda: {n["id"]: n["state"] for n in c.nodes_json(1)["nodes"]} ==
@@ -190,13 +195,8 @@ class ClusterEtcd(unittest.TestCase):
             c.etcd.kill9()
             c.etcd.start()
 
-            def writable():
-                try:
-                    self.write(c, 1, "c/new0", b"n0")
-                    return True
-                except OSError:
-                    return False
-            wait_until(writable, 30.0, 0.5, what="node 1 accepts changes after etcd restarted")
+            self.write_when_accepted(c, 1, "c/new0", b"n0",
+                                      "node 1 accepts changes after etcd restarted")
             for i in range(1, 5):
                 self.write(c, 1, f"c/new{i}", b"n%d" % i)
             for i in range(3):
@@ -231,13 +231,8 @@ class ClusterEtcd(unittest.TestCase):
             shutil.rmtree(c.etcd.dir)
             c.etcd.start()
 
-            def writable():
-                try:
-                    self.write(c, 1, "new0", b"n0")
-                    return True
-                except OSError:
-                    return False
-            wait_until(writable, 30.0, 0.5, what="node 1 accepts changes on the new etcd")
+            self.write_when_accepted(c, 1, "new0", b"n0",
+                                      "node 1 accepts changes on the new etcd")
             i = 1
             while c.etcd.revision() <= old_revision + 5:
                 self.write(c, 1, f"new{i}", b"n%d" % i)
@@ -268,13 +263,8 @@ class ClusterEtcd(unittest.TestCase):
         self.addCleanup(shutil.rmtree, backup, True)
         c.etcd.start()
 
-        def writable():
-            try:
-                self.write(c, 1, "x", chunk_bytes("x2", 200_000))
-                return True
-            except OSError:
-                return False
-        wait_until(writable, 30.0, 0.5, what="node 1 accepts changes after etcd restarted")
+        self.write_when_accepted(c, 1, "x", chunk_bytes("x2", 200_000),
+                                  "node 1 accepts changes after etcd restarted")
         self.write(c, 1, "after", b"made after the backup")
         for k in (1, 2):
             c.wait_exists(k, "after", VISIBLE_S)
