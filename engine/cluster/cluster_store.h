@@ -176,6 +176,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void LeaveHolderList(ObjectId record, uint64_t chunk, const char* why);
   void MembershipChanged();
   Result<size_t> ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out, size_t len);
+  // A local writer started from a copy of `base` (a cluster layout this node may not hold).
+  Result<std::unique_ptr<ChunkWriter>> CopyRemoteBase(const LayoutRef& base);
 
   std::unique_ptr<ChunkStore> local_;
   ClusterOptions options_;

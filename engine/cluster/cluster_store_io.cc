@@ -10,6 +10,7 @@
 #include "cluster_store.h"
 #include "local_first_reader.h"
 #include "peer_reader.h"
+#include "remote_base_writer.h"
 #include "rendezvous_placement.h"
 #include "repair.h"
 #include "task_pool.h"
@@ -208,7 +209,16 @@ Result<std::unique_ptr<ChunkWriter>> ClusterStore::NewWriter(LayoutRef base) {
   const ClusterLayout* cl = AsClusterLayout(base);
   if (!cl) return local_->NewWriter(std::move(base));
   if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewWriter(std::move(held));
-  // The base lives elsewhere: copy it here first, so the writer starts clean from it.
+  // The base lives elsewhere: copied here by the first operation that needs its bytes.
+  const uint64_t size = cl->size;
+  return std::unique_ptr<ChunkWriter>(std::make_unique<RemoteBaseWriter>(
+      size, [this, base = std::move(base)] { return CopyRemoteBase(base); },
+      [this] { return local_->NewWriter(nullptr); }));
+}
+
+Result<std::unique_ptr<ChunkWriter>> ClusterStore::CopyRemoteBase(const LayoutRef& base) {
+  const ClusterLayout* cl = AsClusterLayout(base);
+  if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewWriter(std::move(held));
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkWriter> copy, local_->NewWriter(nullptr));
   std::vector<uint8_t> buf(std::min<uint64_t>(cl->size, kMaxGet));
   for (uint64_t off = 0; off < cl->size;) {

@@ -42,6 +42,7 @@ class ClusterRemoteReads(unittest.TestCase):
     # The same cluster start and bounded read as the main module's tests.
     cluster = base.ClusterMount.cluster
     assert_read_ok_bounded = base.ClusterMount.assert_read_ok_bounded
+    read = base.ClusterMount.read
 
     def publish_remote_to_2(self, c, name, data):
         """Publishes `name` on node 1 and checks that node 2 sees it held by node 1 alone, so
@@ -129,6 +130,59 @@ class ClusterRemoteReads(unittest.TestCase):
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertLess(released, 2.5, f"the release took {released:.2f} s (timeout 5 s)")
+
+    def test_writing_files_of_a_frozen_holder_stalls_no_other_operation(self):
+        # Node 2 opens for writing two files only the frozen node 1 holds. A rewrite (O_TRUNC)
+        # needs none of the old bytes and publishes at once. A write in place needs them: it
+        # waits for the GET (one request timeout) and fails with EIO, while node 2's other
+        # operations go on. (The open used to copy the whole base, under the namespace lock:
+        # the rewrite failed, and every lookup of the node waited out the timeout.)
+        c = self.cluster(n=2, replicas=1, request_timeout_ms=5000)
+        old_ip = chunk_bytes("ip", 3 << 20)
+        self.publish_remote_to_2(c, "rw", chunk_bytes("rw", 3 << 20))
+        self.publish_remote_to_2(c, "ip", old_ip)
+        c.publish(2, "other", b"local")
+        pid = c.node(1).pid
+        result = {}
+
+        def write_in_place():
+            try:
+                fd = os.open(c.path(2, "ip"), os.O_WRONLY)
+                try:
+                    os.pwrite(fd, b"X", 0)
+                finally:
+                    os.close(fd)
+                result["ok"] = True
+            except OSError as e:
+                result["errno"] = e.errno
+
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with open(c.path(2, "rw"), "wb") as f:
+                f.write(b"rewritten")
+            rewrite_s = time.monotonic() - t0
+            writer = threading.Thread(target=write_in_place)
+            writer.start()
+            time.sleep(0.5)  # its open is done, its first WRITE waits for node 1
+            t0 = time.monotonic()
+            os.stat(c.path(2, "other"))
+            self.assertIn("other", os.listdir(c.path(2)))
+            with open(c.path(2, "other"), "rb") as f:
+                self.assertEqual(f.read(), b"local")
+            others_s = time.monotonic() - t0
+            writer.join(30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.assertLess(rewrite_s, 2.5, f"the rewrite took {rewrite_s:.2f} s (timeout 5 s)")
+        self.assertLess(others_s, 1.0, f"other operations took {others_s:.2f} s")
+        self.assertEqual(result, {"errno": errno.EIO})
+        for k in (1, 2):
+            wait_until(lambda: self.read(c, k, "rw") == b"rewritten", VISIBLE_S,
+                       what=f"the rewrite on node {k}")
+        self.assertTrue(self.read(c, 1, "ip") == old_ip)
+        time.sleep(SUSPECT_S)  # node 2 skips node 1, which let its GET time out, until then
+        self.assertTrue(self.read(c, 2, "ip") == old_ip)
 
     def test_files_held_open_unread_prefetch_within_a_budget(self):
         # 150 remote files of one 2 MiB piece each, opened on node 2 and held open unread: the
