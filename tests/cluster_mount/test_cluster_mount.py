@@ -424,6 +424,7 @@ class ClusterMount(unittest.TestCase):
         slow = [t for t in took if t >= 0.8 * REQUEST_TIMEOUT_MS / 1000]
         self.assertLessEqual(len(slow), 1, took)
         for i in (0, 11):
+            c.wait_exists(2, f"fr{i}", VISIBLE_S)  # other nodes see a publish within a second
             self.assert_content(c, 2, f"fr{i}", f"fr{i}", 200_000)
 
     def test_killed_node_restarts_and_rejoins(self):
