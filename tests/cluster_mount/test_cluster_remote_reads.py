@@ -95,10 +95,14 @@ class ClusterRemoteReads(unittest.TestCase):
         self.publish_remote_to_2(c, "pf", data)
 
         def open_close(flags, since, want):
+            # Held open while waiting: a prefetch still queued when its reader is released is
+            # dropped without its GET (a loaded machine may take that long to start it).
             fd = os.open(c.path(2, "pf"), flags)
-            os.close(fd)
-            wait_until(lambda: gets_sent(c, 2, 1) >= since + want, VISIBLE_S, 0.01,
-                       what="node 2's prefetch GET")
+            try:
+                wait_until(lambda: gets_sent(c, 2, 1) >= since + want, VISIBLE_S, 0.01,
+                           what="node 2's prefetch GET")
+            finally:
+                os.close(fd)
             self.assertEqual(gets_sent(c, 2, 1), since + want)
 
         open_close(os.O_RDONLY, gets_sent(c, 2, 1), 1)  # one 2 MiB piece
