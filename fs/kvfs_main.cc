@@ -5,6 +5,7 @@
 // tells the parent "ready" (or the error) through a pipe, so `kvfs MOUNTPOINT` returns only once
 // the mount works, with exit status 0, or prints why it failed and exits 1.
 #include <fcntl.h>
+#include <fuse_lowlevel.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -15,9 +16,11 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "config_file.h"
+#include "connection_watchdog.h"
 #include "control.h"
 #include "fuse_ops.h"
 #include "kvfs/local_engine.h"
@@ -188,6 +191,14 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   if (!session.ok()) return reporter.Fail(session.status().message());
   notifier.Start((*session)->raw());
   spdlog::info("kvfs: mounted on {}", o.mountpoint);
+  // Should this process die with a thread stuck in the kernel, the watchdog ends the mount's
+  // connection (connection_watchdog.h). Stopped at a clean shutdown, or by its destructor.
+  ConnectionWatchdog watchdog;
+  if (auto conn = (*session)->connection()) {
+    Status st = watchdog.Start(fuse_session_fd((*session)->raw()), *conn,
+                               o.foreground ? "" : o.data_dir + "/kvfs.log", o.mountpoint);
+    if (!st.ok()) spdlog::warn("kvfs: {}; a crash may leave the mount hanging", st.ToString());
+  }
   if (metrics) {  // stopped below, before anything it reads goes away
     Status st = metrics->Start([&control] { return PrometheusText(control.StatusJson()); });
     if (!st.ok()) return reporter.Fail("--metrics: " + st.ToString());
@@ -200,8 +211,15 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   int rc = (*session)->Loop(threads);
   spdlog::info("kvfs: loop ended ({}), unmounting", rc);
   if (metrics) metrics->Stop();  // scrapes read the namespace and the store
-  notifier.Stop();
+  // A notification the kernel holds at this point waits on a request the ended loop will
+  // never answer: past the grace, the connection is aborted to let it go.
+  notifier.Stop(std::chrono::seconds(2), [&] {
+    auto conn = (*session)->connection();
+    Status st = conn ? AbortFuseConnection(*conn) : Status::NotFound("connection unknown");
+    if (!st.ok()) spdlog::error("kvfs: cannot abort the FUSE connection: {}", st.ToString());
+  });
   session->reset();  // unmount and destroy the session before the namespace goes away
+  watchdog.Stop();
   fs_store->SetListener(nullptr);
 
   int exit_code = 0;
@@ -224,6 +242,8 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
 
 int main(int argc, char** argv) {
   using namespace kvfs::fs;
+  if (argc > 1 && std::string_view(argv[1]) == kWatchdogFlag)
+    return ConnectionWatchdogMain(argc, argv);
   ParsedCommandLine parsed = ParseMountOptions(argc, argv);
   if (!parsed.options) {
     std::fputs(parsed.message.c_str(), parsed.exit_code == 0 ? stdout : stderr);

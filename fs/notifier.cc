@@ -23,17 +23,24 @@ void Notifier::Start(Target target) {
     std::lock_guard lock(mu_);
     started_ = true;
     stop_ = false;
+    running_ = true;
   }
   thread_ = std::thread([this] { Run(); });
 }
 
-void Notifier::Stop() {
+void Notifier::Stop(std::chrono::milliseconds grace, const std::function<void()>& unstick) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     stop_ = true;
+    cv_.notify_all();
+    delivered_cv_.notify_all();
+    if (unstick && !exited_cv_.wait_for(lock, grace, [&] { return !running_; })) {
+      lock.unlock();
+      spdlog::error("notifier: the kernel has held an invalidation for {} ms at shutdown",
+                    grace.count());
+      unstick();
+    }
   }
-  cv_.notify_all();
-  delivered_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -104,6 +111,8 @@ void Notifier::Run() {
       repeats_[n.sent - 1].push_back(std::move(n));
     }
   }
+  running_ = false;
+  exited_cv_.notify_all();
 }
 
 void Notifier::Drain(std::chrono::milliseconds max) {

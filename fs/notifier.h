@@ -41,8 +41,11 @@ class Notifier : public InvalidationSink {
   ~Notifier() override { Stop(); }
   void Start(fuse_session* se);
   void Start(Target target);
-  // Drains nothing more: pending notifications are dropped (the mount is going away).
-  void Stop();
+  // Drains nothing more: pending notifications are dropped (the mount is going away). Should a
+  // delivery be held in the kernel past `grace` (it may wait for a lock held by a request that
+  // nobody will read any more: the loop has ended), `unstick` is called first (the daemon
+  // aborts its connection, which fails that request and lets the delivery return).
+  void Stop(std::chrono::milliseconds grace = {}, const std::function<void()>& unstick = {});
   void InvalidateInode(uint64_t ino, bool data) override;
   void InvalidateEntry(uint64_t parent, const std::string& name) override;
   // Waits for the first delivery of everything queued before the call (not the repeats).
@@ -71,6 +74,8 @@ class Notifier : public InvalidationSink {
   uint64_t queued_ = 0, delivered_ = 0;
   std::condition_variable delivered_cv_;
   bool stop_ = false;
+  bool running_ = false;  // Run has not returned
+  std::condition_variable exited_cv_;
   std::thread thread_;
 };
 

@@ -36,6 +36,11 @@ Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
   if (fuse_session_mount(s->se_, mountpoint.c_str()) != 0)
     return Status::IoError("cannot mount on " + mountpoint + " (see the log for libfuse's reason)");
   s->mounted_ = true;
+  // mountinfo, not a stat() of the mountpoint: that would be a request to ourselves before
+  // the loop runs.
+  auto mount = FindMount(ReadMountInfo(), mountpoint);
+  if (mount && mount->mount_point == mountpoint && mount->fstype.rfind("fuse", 0) == 0)
+    s->connection_ = mount->minor;
   return s;
 }
 

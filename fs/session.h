@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,9 @@ class Session {
   // Serves requests until unmounted or signalled. Returns libfuse's loop status.
   int Loop(unsigned max_threads);
   fuse_session* raw() { return se_; }
+  // The FUSE connection's number (the mount's device minor, its name under
+  // /sys/fs/fuse/connections), when mountinfo showed the mount.
+  std::optional<unsigned> connection() const { return connection_; }
 
  private:
   Session() = default;
@@ -39,6 +43,7 @@ class Session {
   std::string mountpoint_;
   bool mounted_ = false;
   bool handlers_ = false;
+  std::optional<unsigned> connection_;
   std::thread readahead_thread_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <thread>
@@ -123,6 +124,44 @@ TEST(NotifierTest, ABurstQueuesABoundedNumberOfRepeats) {
   EXPECT_EQ(rec.order().size(), expected);
   EXPECT_EQ(rec.inode(kBurst, true), 1);  // past the bound: delivered once, not repeated
   EXPECT_EQ(rec.inode(0, true), 3);
+}
+
+// At shutdown a delivery the kernel holds (it waits for a lock of a request nobody will read
+// any more) would hold Stop for ever: after the grace Stop calls `unstick` (the daemon aborts
+// the connection, and the held write returns), then joins.
+TEST(NotifierTest, AStopHeldUpByADeliveryUnsticksItAfterTheGrace) {
+  Recorder rec;
+  std::promise<void> abort;
+  std::shared_future<void> aborted = abort.get_future().share();
+  std::atomic<bool> delivering{false};
+  Notifier::Target t = rec.Target();
+  t.entry = [&delivering, aborted](uint64_t, const std::string&) {
+    delivering = true;
+    aborted.wait();  // the kernel's write returns once the connection is aborted
+    return -ENOTCONN;
+  };
+  Notifier n;
+  n.Start(t);
+  n.InvalidateEntry(1, "held");
+  ASSERT_TRUE(Eventually([&] { return delivering.load(); }));
+  int unsticks = 0;
+  n.Stop(std::chrono::milliseconds(100), [&] {
+    ++unsticks;
+    abort.set_value();
+  });
+  EXPECT_EQ(unsticks, 1);
+}
+
+TEST(NotifierTest, AStopWithNothingHeldNeverUnsticks) {
+  Recorder rec;
+  Notifier n;
+  n.Start(rec.Target());
+  n.InvalidateInode(5, true);
+  n.Drain(std::chrono::seconds(10));
+  int unsticks = 0;
+  n.Stop(std::chrono::seconds(10), [&] { ++unsticks; });
+  EXPECT_EQ(unsticks, 0);
+  EXPECT_GE(rec.inode(5, true), 1);
 }
 
 }  // namespace

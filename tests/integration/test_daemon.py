@@ -13,9 +13,9 @@ import tempfile
 import time
 import unittest
 
-from kvfs_testlib import (REPO_ROOT, KvfsMount, _is_mounted, _pid_alive, chunk_bytes,
-                          default_kvfs_bin, default_kvfsctl_bin, file_matches, mount_count,
-                          write_file_atomic)
+from kvfs_testlib import (REPO_ROOT, KvfsMount, _is_mounted, _pid_alive, _pids_with_arg,
+                          chunk_bytes, default_kvfs_bin, default_kvfsctl_bin, file_matches,
+                          mount_count, write_file_atomic)
 
 MiB = 1024 * 1024
 
@@ -30,6 +30,14 @@ def _detach_all(path):
         if mount_count(path) == 0:
             return
         subprocess.run(["fusermount3", "-u", "-z", path], stderr=subprocess.DEVNULL)
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def run(argv, timeout=30):
@@ -156,6 +164,34 @@ class Lifecycle(unittest.TestCase):
             self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
             m.unmount()
             self.assertEqual(mount_count(m.mnt), 0, "a dead mount was left under the new one")
+
+    def test_the_connection_watchdog_goes_with_its_daemon(self):
+        # Each daemon runs a watchdog process (fs/connection_watchdog.h) that would abort the
+        # connection should the daemon die with a thread stuck in the kernel. It must never
+        # outlive its daemon: a clean stop stops it, and after a kill -9 with nothing stuck it
+        # closes its copy of /dev/fuse at once, so the dead mount answers ENOTCONN.
+        with KvfsMount(capacity="128M") as m:
+            self.addCleanup(_detach_all, m.mnt)
+
+            def watchdogs():
+                return [p for p in _pids_with_arg(m.mnt)
+                        if p != m.pid and "--connection-watchdog" in _cmdline(p)]
+
+            self.assertEqual(len(watchdogs()), 1)
+            m.unmount()
+            self.assertEqual(watchdogs(), [])
+            m.start()
+            self.assertEqual(len(watchdogs()), 1)
+            write_file_atomic(m.path("a"), chunk_bytes("a", MiB))
+            m.kill9(detach=False)
+            deadline = time.monotonic() + 5
+            while watchdogs() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertEqual(watchdogs(), [])
+            with self.assertRaises(OSError) as e:
+                os.statvfs(m.mnt)
+            self.assertEqual(e.exception.errno, errno.ENOTCONN)
+            self.assertNotIn("kvfs-watchdog", m.log_tail())  # nothing was stuck: no abort
 
     def test_a_live_or_frozen_mount_is_not_mounted_over(self):
         with KvfsMount(capacity="128M") as m:

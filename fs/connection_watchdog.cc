@@ -1,0 +1,229 @@
+#include "connection_watchdog.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace kvfs::fs {
+namespace {
+
+constexpr char kFusectl[] = "/sys/fs/fuse/connections";
+// pidfd_open's flag for a pidfd of one thread (Linux 6.9; not in Debian 12's headers).
+constexpr unsigned kPidfdThread = O_EXCL;
+// How long the daemon's other threads may take to die after its main thread did, before the
+// watchdog takes one of them for stuck in the kernel.
+constexpr auto kThreadsGrace = std::chrono::seconds(1);
+
+// The signal the kernel sends the watchdog when the daemon's main thread dies; SIGTERM is the
+// daemon's "stand down".
+constexpr int kDeathSignal = SIGUSR1;
+
+template <typename T>
+bool ParseNumber(std::string_view s, T* out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// Whether every thread of `pid` has exited (gone, or a zombie waiting only for its parent).
+bool ThreadsGone(pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(task.c_str());
+  if (!d) return true;
+  int threads = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++threads;
+  }
+  closedir(d);
+  if (threads > 1) return false;
+  // One entry left: the main thread, a zombie when it exited.
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return true;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');
+  return !paren || paren[1] == '\0' || paren[2] == 'Z' || paren[2] == 'X';
+}
+
+// A copy of descriptor `fd` of the daemon `pid`, taken from one of its threads still alive
+// (the main thread is gone: its own table is), or -1.
+int BorrowDaemonFd(pid_t pid, int fd) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(task.c_str());
+  if (!d) return -1;
+  int copy = -1;
+  while (dirent* e = readdir(d)) {
+    pid_t tid = 0;
+    if (copy >= 0 || !ParseNumber(std::string_view(e->d_name), &tid)) continue;
+    // Raw syscalls: Debian 12's <sys/pidfd.h> declares them without C linkage for C++.
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, tid, tid == pid ? 0 : kPidfdThread));
+    if (pidfd < 0) continue;
+    copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+    ::close(pidfd);
+  }
+  closedir(d);
+  return copy;
+}
+
+// Whether `fd` is a FUSE device whose connection the kernel has ended (POLLERR: aborted, or
+// its file system unmounted and destroyed, after which its number may name another mount).
+bool ConnectionEnded(int fd) {
+  pollfd p{fd, 0, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLNVAL));
+}
+
+void Log(const std::string& log, const std::string& level, const std::string& message) {
+  char when[64];
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+  std::string line =
+      std::string("[") + when + "] [kvfs-watchdog] [" + level + "] " + message + "\n";
+  int fd = log.empty() ? 2 : ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)!::write(fd, line.data(), line.size());
+  if (fd != 2) ::close(fd);
+}
+
+}  // namespace
+
+Status AbortFuseConnection(unsigned connection) {
+  const std::string abort_file =
+      std::string(kFusectl) + "/" + std::to_string(connection) + "/abort";
+  if (::access(abort_file.c_str(), F_OK) != 0 &&
+      ::mount("fusectl", kFusectl, "fusectl", 0, nullptr) != 0 && errno != EBUSY) {
+    return Status::Error(errno, std::string("cannot mount fusectl on ") + kFusectl);
+  }
+  int fd = ::open(abort_file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error(errno, "cannot open " + abort_file);
+  ssize_t n = ::write(fd, "1", 1);
+  int err = errno;
+  ::close(fd);
+  if (n != 1) return Status::Error(err, "cannot write " + abort_file);
+  return Status::Ok();
+}
+
+Status ConnectionWatchdog::Start(int fuse_fd, unsigned connection, const std::string& log,
+                                 const std::string& mountpoint) {
+  if (pid_ > 0) return Status::Ok();
+  const std::string self = std::to_string(::getpid());
+  const std::string conn = std::to_string(connection);
+  std::vector<std::string> args = {"kvfs",    kWatchdogFlag,           self,
+                                   conn,      std::to_string(fuse_fd), log.empty() ? "-" : log,
+                                   mountpoint};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // nothing of the daemon's is held
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // The death signal and the stand-down wait blocked for sigwait; a terminal's SIGINT/SIGHUP
+  // to the daemon's group must not take the watchdog away before the daemon stops it.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {kDeathSignal, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
+  posix_spawnattr_setsigmask(&attr, &mask);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return Status::Error(rc, "cannot start the connection watchdog");
+  pid_ = pid;
+  return Status::Ok();
+}
+
+void ConnectionWatchdog::Stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+int ConnectionWatchdogMain(int argc, char** argv) {
+  pid_t daemon = 0;
+  unsigned connection = 0;
+  int fuse_fd = -1;
+  if (argc != 7 || !ParseNumber(std::string_view(argv[2]), &daemon) ||
+      !ParseNumber(std::string_view(argv[3]), &connection) ||
+      !ParseNumber(std::string_view(argv[4]), &fuse_fd)) {
+    std::fprintf(stderr, "kvfs: %s is started by the kvfs daemon, not by hand\n", kWatchdogFlag);
+    return 2;
+  }
+  const std::string log = std::string_view(argv[5]) == "-" ? "" : argv[5];
+  sigset_t wait_for;
+  sigemptyset(&wait_for);
+  sigaddset(&wait_for, kDeathSignal);
+  sigaddset(&wait_for, SIGTERM);
+  ::prctl(PR_SET_PDEATHSIG, kDeathSignal);
+  // The daemon may have died before the line above: then the parent is already another.
+  if (::getppid() == daemon) {
+    int sig = 0;
+    while (sigwait(&wait_for, &sig) != 0 || (sig != kDeathSignal && sig != SIGTERM)) {
+    }
+    if (sig == SIGTERM) return 0;  // a clean shutdown
+  }
+  // The daemon's main thread is gone; the others normally follow within milliseconds, and the
+  // last one closes /dev/fuse, which ends the connection.
+  const auto deadline = std::chrono::steady_clock::now() + kThreadsGrace;
+  while (!ThreadsGone(daemon) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (ThreadsGone(daemon)) return 0;
+  // A thread is stuck in the kernel, holding the daemon's /dev/fuse open. The connection is
+  // aborted only when that very device says it is still connected: then `connection` (its
+  // mount's device number, freed only once the kernel ends it) cannot name another mount.
+  const std::string who =
+      "daemon " + std::to_string(daemon) + " died with a thread stuck in the kernel";
+  const std::string by_hand = std::string("; write 1 to ") + kFusectl + "/" +
+                              std::to_string(connection) + "/abort if processes hang in its mount";
+  int device = BorrowDaemonFd(daemon, fuse_fd);
+  if (device < 0) {
+    Log(log, "error",
+        who + ", and its /dev/fuse cannot be checked (" + std::strerror(errno) + ")" + by_hand);
+    return 1;
+  }
+  if (ConnectionEnded(device)) {  // ended meanwhile (unmounted, or aborted by hand)
+    ::close(device);
+    return 0;
+  }
+  Status st = AbortFuseConnection(connection);
+  ::close(device);
+  if (!st.ok()) {
+    Log(log, "error",
+        who + "; cannot abort FUSE connection " + std::to_string(connection) + ": " +
+            st.ToString() + by_hand);
+    return 1;
+  }
+  Log(log, "warning",
+      who + "; aborted FUSE connection " + std::to_string(connection) +
+          " (its requests fail with ENOTCONN)");
+  return 0;
+}
+
+}  // namespace kvfs::fs
