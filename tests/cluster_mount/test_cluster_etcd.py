@@ -245,6 +245,9 @@ class ClusterEtcd(unittest.TestCase):
                        and not os.path.exists(c.path(k, "w/old0")), 20.0, 0.2,
                        what=f"node {k} holds only what the new etcd holds")
             self.assertRegex(c.log(k), r"etcd lost the namespace history")
+        # The wipe took node 1's registration too: it registers again at its next lease
+        # keepalive, and node 2 reads from it once it sees it.
+        c.wait_state(2, 1, "up", DOWN_S)
         self.assertEqual(self.read(c, 2, f"new{i - 1}"), b"n%d" % (i - 1))
         self.write(c, 2, "from2", b"2")
         c.wait_exists(1, "from2", VISIBLE_S)
