@@ -28,6 +28,7 @@
 #include "kvfs/store.h"
 #include "kvfs/version.h"
 #include "metrics_server.h"
+#include "mount_info.h"
 #include "mount_options.h"
 #include "namespace.h"
 #include "notifier.h"
@@ -212,10 +213,12 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   spdlog::info("kvfs: loop ended ({}), unmounting", rc);
   if (metrics) metrics->Stop();  // scrapes read the namespace and the store
   // A notification the kernel holds at this point waits on a request the ended loop will
-  // never answer: past the grace, the connection is aborted to let it go.
+  // never answer: past the grace, the connection is aborted to let it go, and the mount, which
+  // libfuse leaves to an aborted connection, detached.
   notifier.Stop(std::chrono::seconds(2), [&] {
     auto conn = (*session)->connection();
     Status st = conn ? AbortFuseConnection(*conn) : Status::NotFound("connection unknown");
+    if (st.ok()) st = DetachMount(o.mountpoint);
     if (!st.ok()) spdlog::error("kvfs: cannot abort the FUSE connection: {}", st.ToString());
   });
   session->reset();  // unmount and destroy the session before the namespace goes away
