@@ -43,18 +43,22 @@ bool ParseNumber(std::string_view s, T* out) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-// Whether every thread of `pid` has exited (gone, or a zombie waiting only for its parent).
-bool ThreadsGone(pid_t pid) {
-  const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = opendir(task.c_str());
-  if (!d) return true;
-  int threads = 0;
+// The threads of `pid` still listed under /proc (the main thread stays there as a zombie).
+std::vector<pid_t> Threads(pid_t pid) {
+  std::vector<pid_t> tids;
+  DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (!d) return tids;
   while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') ++threads;
+    pid_t tid = 0;
+    if (ParseNumber(std::string_view(e->d_name), &tid)) tids.push_back(tid);
   }
   closedir(d);
-  if (threads > 1) return false;
-  // One entry left: the main thread, a zombie when it exited.
+  return tids;
+}
+
+// Whether every thread of `pid` has exited (gone, or a zombie waiting only for its parent).
+bool ThreadsGone(pid_t pid) {
+  if (Threads(pid).size() > 1) return false;
   FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
   if (!f) return true;
   char buf[512];
@@ -68,21 +72,15 @@ bool ThreadsGone(pid_t pid) {
 // A copy of descriptor `fd` of the daemon `pid`, taken from one of its threads still alive
 // (the main thread is gone: its own table is), or -1.
 int BorrowDaemonFd(pid_t pid, int fd) {
-  const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = opendir(task.c_str());
-  if (!d) return -1;
-  int copy = -1;
-  while (dirent* e = readdir(d)) {
-    pid_t tid = 0;
-    if (copy >= 0 || !ParseNumber(std::string_view(e->d_name), &tid)) continue;
+  for (pid_t tid : Threads(pid)) {
     // Raw syscalls: Debian 12's <sys/pidfd.h> declares them without C linkage for C++.
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, tid, tid == pid ? 0 : kPidfdThread));
     if (pidfd < 0) continue;
-    copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+    int copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
     ::close(pidfd);
+    if (copy >= 0) return copy;
   }
-  closedir(d);
-  return copy;
+  return -1;
 }
 
 // Whether `fd` is a FUSE device whose connection the kernel has ended (POLLERR: aborted, or

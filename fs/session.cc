@@ -40,7 +40,7 @@ Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
   // the loop runs.
   auto mount = FindMount(ReadMountInfo(), mountpoint);
   if (mount && mount->mount_point == mountpoint && mount->fstype.rfind("fuse", 0) == 0)
-    s->connection_ = mount->minor;
+    s->mount_ = std::move(mount);
   return s;
 }
 
@@ -57,15 +57,12 @@ void Session::TuneReadahead(unsigned kb) {
   // would be one 1008 KiB READ plus a 16 KiB one.
   const unsigned read_kb = kMaxSplicedRead / 1024;
   kb = (kb + read_kb - 1) / read_kb * read_kb;
-  // The device number comes from mountinfo: a stat() of the mountpoint would be a FUSE request
-  // to ourselves before the loop runs.
-  auto mount = FindMount(ReadMountInfo(), mountpoint_);
-  if (!mount || mount->mount_point != mountpoint_ || mount->fstype.rfind("fuse", 0) != 0) {
+  if (!mount_) {
     spdlog::warn("readahead: mount {} not found in mountinfo; left at the default", mountpoint_);
     return;
   }
-  std::string path = "/sys/class/bdi/" + std::to_string(mount->major) + ":" +
-                     std::to_string(mount->minor) + "/read_ahead_kb";
+  std::string path = "/sys/class/bdi/" + std::to_string(mount_->major) + ":" +
+                     std::to_string(mount_->minor) + "/read_ahead_kb";
   std::ofstream out(path);
   out << kb << "\n";
   out.flush();

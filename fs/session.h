@@ -9,6 +9,7 @@
 
 #include "fuse_ops.h"
 #include "kvfs/status.h"
+#include "mount_info.h"
 
 struct fuse_session;
 
@@ -35,7 +36,9 @@ class Session {
   fuse_session* raw() { return se_; }
   // The FUSE connection's number (the mount's device minor, its name under
   // /sys/fs/fuse/connections), when mountinfo showed the mount.
-  std::optional<unsigned> connection() const { return connection_; }
+  std::optional<unsigned> connection() const {
+    return mount_ ? std::optional<unsigned>(mount_->minor) : std::nullopt;
+  }
 
  private:
   Session() = default;
@@ -43,7 +46,9 @@ class Session {
   std::string mountpoint_;
   bool mounted_ = false;
   bool handlers_ = false;
-  std::optional<unsigned> connection_;
+  // This mount's mountinfo entry, read once right after mounting (the bdi readahead and the
+  // connection number come from its device number).
+  std::optional<MountEntry> mount_;
   std::thread readahead_thread_;
 };
 
