@@ -130,9 +130,11 @@ void Membership::RenewLoop() {
   while (!stop_.load()) {
     {
       std::unique_lock lock(wake_mu_);
-      wake_cv_.wait_for(lock, interval, [&] { return stop_.load(); });
+      wake_cv_.wait_for(lock, interval, [&] { return stop_.load() || renew_now_.load(); });
     }
     if (stop_.load()) return;
+    // Our key is missing: a live lease still needs the key put again (the usage put below).
+    if (renew_now_.exchange(false)) last_usage = std::chrono::steady_clock::time_point{};
     Status st;
     if (lease_.load() == 0) {
       st = Register();
@@ -225,6 +227,7 @@ void Membership::WatchLoop() {
         continue;
       }
       need_reload = false;
+      RenewIfSelfMissing();
       if (on_change_) on_change_();
     }
     etcd::WatchRequest w;
@@ -239,6 +242,7 @@ void Membership::WatchLoop() {
             ApplyEvent(ev);
             revision = std::max(revision, ev.kv.mod_revision);
           }
+          RenewIfSelfMissing();
           if (on_change_) on_change_();
           return true;
         },
@@ -250,6 +254,16 @@ void Membership::WatchLoop() {
     std::unique_lock lock(wake_mu_);
     wake_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
   }
+}
+
+void Membership::RenewIfSelfMissing() {
+  if (IsLive(options_.self)) return;
+  spdlog::warn("cluster: etcd no longer lists node {}; registering it again now", options_.self);
+  {
+    std::lock_guard lock(wake_mu_);
+    renew_now_ = true;
+  }
+  wake_cv_.notify_all();
 }
 
 std::vector<MemberInfo> Membership::Members() const {

@@ -8,7 +8,9 @@
 //
 // The renewal loop is also how a node knows whether it can reach etcd: while renewals fail it
 // reports etcd unreachable (the cluster store then refuses namespace changes), and when etcd
-// answers again after the lease expired it registers anew.
+// answers again after the lease expired it registers anew. When the watch sees this node's own
+// key gone while the node runs (an etcd wiped and restarted, a key deleted by hand), the loop
+// puts it back at once: until then no other node reads from this one.
 #pragma once
 
 #include <atomic>
@@ -76,6 +78,7 @@ class Membership {
   void WatchLoop();
   Status Reload(int64_t* revision);  // re-reads every member and drain key
   void ApplyEvent(const etcd::Event& ev);
+  void RenewIfSelfMissing();  // from the watch thread
 
   etcd::Client* const etcd_;
   const NamespaceKeys* const keys_;
@@ -86,6 +89,9 @@ class Membership {
   std::atomic<bool> reachable_{true};
   std::atomic<bool> drained_{false};
   std::atomic<bool> stop_{false};
+  // Set by the watch when this node's own key is missing (etcd wiped, or the key deleted by
+  // hand): the renewal loop puts it back at once instead of at its next keepalive.
+  std::atomic<bool> renew_now_{false};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   std::thread renew_, watch_;

@@ -245,12 +245,40 @@ class ClusterEtcd(unittest.TestCase):
                        and not os.path.exists(c.path(k, "w/old0")), 20.0, 0.2,
                        what=f"node {k} holds only what the new etcd holds")
             self.assertRegex(c.log(k), r"etcd lost the namespace history")
-        # The wipe took node 1's registration too: it registers again at its next lease
-        # keepalive, and node 2 reads from it once it sees it.
+        # The wipe took node 1's registration too: it registers again once its member watch
+        # sees that, and node 2 reads from it once it sees it.
         c.wait_state(2, 1, "up", DOWN_S)
         self.assertEqual(self.read(c, 2, f"new{i - 1}"), b"n%d" % (i - 1))
         self.write(c, 2, "from2", b"2")
         c.wait_exists(1, "from2", VISIBLE_S)
+
+    def test_after_an_etcd_wipe_the_nodes_register_again_at_once(self):
+        # The wipe takes every registration. Each node sees its own key gone (its member watch
+        # reads etcd again) and registers at once, not at its next lease keepalive: with a 60 s
+        # TTL that is 20 s after the last one, and until then no node reads from it. (Before,
+        # node 1 came back only then.)
+        c = self.cluster(n=2, replicas=1, lease_ttl_s=60)
+        c.etcd.kill9()
+        shutil.rmtree(c.etcd.dir)
+        c.etcd.start()
+        wiped = time.monotonic()
+
+        def registered(k):
+            key = base64.b64encode(b"/kvfs/m/%05d" % k).decode()
+            kvs = c.etcd.call("/v3/kv/range", {"key": key}).get("kvs", [])
+            return len(kvs) == 1 and int(kvs[0].get("lease", 0)) != 0
+        for k in (1, 2):
+            wait_until(lambda: registered(k), 8.0, 0.1, what=f"node {k} registered again")
+        self.assertLess(time.monotonic() - wiped, 8.0)
+        c.wait_state(2, 1, "up", VISIBLE_S)
+        c.wait_state(1, 2, "up", VISIBLE_S)
+        self.assertRegex(c.log(1), r"etcd no longer lists node 1; registering it again now")
+        # Node 2 reads what only node 1 holds.
+        self.write_when_accepted(c, 1, "after", chunk_bytes("after", 300_000),
+                                  "node 1 accepts changes on the new etcd")
+        self.assertEqual([h["id"] for h in c.location(1, "after")["holders"]], [1])
+        c.wait_exists(2, "after", VISIBLE_S)
+        self.assertEqual(self.read(c, 2, "after"), chunk_bytes("after", 300_000))
 
     def test_an_etcd_restored_from_an_older_backup_is_what_the_nodes_show(self):
         # The backup has the same epoch; its revision is behind the nodes'. What etcd holds
