@@ -279,6 +279,11 @@ class ClusterEtcd(unittest.TestCase):
         self.assertEqual([h["id"] for h in c.location(1, "after")["holders"]], [1])
         c.wait_exists(2, "after", VISIBLE_S)
         self.assertEqual(self.read(c, 2, "after"), chunk_bytes("after", 300_000))
+        # A member key deleted by hand, its lease alive: put back at once too.
+        c.etcd.call("/v3/kv/deleterange", {"key": base64.b64encode(b"/kvfs/m/00001").decode()})
+        deleted = time.monotonic()
+        wait_until(lambda: registered(1), 8.0, 0.1, what="node 1 registered again")
+        self.assertLess(time.monotonic() - deleted, 8.0)
 
     def test_an_etcd_restored_from_an_older_backup_is_what_the_nodes_show(self):
         # The backup has the same epoch; its revision is behind the nodes'. What etcd holds
