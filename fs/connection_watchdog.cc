@@ -69,14 +69,30 @@ bool ThreadsGone(pid_t pid) {
   return !paren || paren[1] == '\0' || paren[2] == 'Z' || paren[2] == 'X';
 }
 
+// Raw syscalls: Debian 12's <sys/pidfd.h> declares them without C linkage for C++.
+int PidfdOpen(pid_t pid, unsigned flags) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, flags));
+}
+
+// Whether the process behind `pidfd` has exited, every thread of it (a pidfd turns readable
+// then, for good). While it has not, its pid and the ids of its listed threads are its own.
+bool Exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
 // A copy of descriptor `fd` of the daemon `pid`, taken from one of its threads still alive
 // (the main thread is gone: its own table is), or -1.
 int BorrowDaemonFd(pid_t pid, int fd) {
   for (pid_t tid : Threads(pid)) {
-    // Raw syscalls: Debian 12's <sys/pidfd.h> declares them without C linkage for C++.
-    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, tid, tid == pid ? 0 : kPidfdThread));
+    int pidfd = PidfdOpen(tid, tid == pid ? 0 : kPidfdThread);
     if (pidfd < 0) continue;
-    int copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+    // The pidfd pins `tid`: if it is still listed under the daemon now, it is the daemon's
+    // thread and not a new one that took the id of a thread that exited since the listing.
+    const std::string task = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
+    int copy = ::access(task.c_str(), F_OK) == 0
+                   ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0))
+                   : -1;
     ::close(pidfd);
     if (copy >= 0) return copy;
   }
@@ -179,7 +195,14 @@ int ConnectionWatchdogMain(int argc, char** argv) {
   sigaddset(&wait_for, kDeathSignal);
   sigaddset(&wait_for, SIGTERM);
   ::prctl(PR_SET_PDEATHSIG, kDeathSignal);
-  // The daemon may have died before the line above: then the parent is already another.
+  // Held from while `daemon` is surely the daemon (our parent): once the daemon is gone for
+  // good its pid may name another process, whose descriptors must not be taken for its.
+  int daemon_pidfd = PidfdOpen(daemon, 0);
+  // The daemon may have died before the lines above: then the parent is already another.
+  if (::getppid() != daemon && daemon_pidfd >= 0) {
+    ::close(daemon_pidfd);
+    daemon_pidfd = -1;
+  }
   if (::getppid() == daemon) {
     int sig = 0;
     while (sigwait(&wait_for, &sig) != 0 || (sig != kDeathSignal && sig != SIGTERM)) {
@@ -189,10 +212,11 @@ int ConnectionWatchdogMain(int argc, char** argv) {
   // The daemon's main thread is gone; the others normally follow within milliseconds, and the
   // last one closes /dev/fuse, which ends the connection.
   const auto deadline = std::chrono::steady_clock::now() + kThreadsGrace;
-  while (!ThreadsGone(daemon) && std::chrono::steady_clock::now() < deadline) {
+  auto gone = [&] { return daemon_pidfd < 0 || Exited(daemon_pidfd) || ThreadsGone(daemon); };
+  while (!gone() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (ThreadsGone(daemon)) return 0;
+  if (gone()) return 0;
   // A thread is stuck in the kernel, holding the daemon's /dev/fuse open. The connection is
   // aborted only when that very device says it is still connected: then `connection` (its
   // mount's device number, freed only once the kernel ends it) cannot name another mount.
@@ -201,6 +225,10 @@ int ConnectionWatchdogMain(int argc, char** argv) {
   const std::string by_hand = std::string("; write 1 to ") + kFusectl + "/" +
                               std::to_string(connection) + "/abort if processes hang in its mount";
   int device = BorrowDaemonFd(daemon, fuse_fd);
+  if (device >= 0 && Exited(daemon_pidfd)) {  // exited meanwhile: `daemon` may be another now
+    ::close(device);
+    return 0;
+  }
   if (device < 0) {
     Log(log, "error",
         who + ", and its /dev/fuse cannot be checked (" + std::strerror(errno) + ")" + by_hand);
