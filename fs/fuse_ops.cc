@@ -49,9 +49,10 @@ T* HandleOf(fuse_file_info* fi) {
 
 void OnInit(void*, fuse_conn_info* conn) {
   // No atomic O_TRUNC: with it the kernel sets i_size to 0 and drops every cached page at the
-  // open, under readers of the published version. Without it O_TRUNC is a setattr(size=0)
-  // on the new handle (so it truncates only that writer's private session) whose reply says
-  // which size the kernel keeps (Namespace::SetAttr).
+  // open, under readers of the published version. Without it the open arrives without
+  // O_TRUNC and is followed by a setattr(size=0) that carries no handle: it truncates the
+  // inode's write session, which that open started or joined (so nothing is published), and
+  // its reply says which size the kernel keeps (Namespace::SetAttr).
   conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
