@@ -102,6 +102,7 @@ Status ClusterStore::Start() {
       HandleLocalLosses();
       if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
+      ProbeSuspects();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
   });

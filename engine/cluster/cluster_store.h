@@ -112,6 +112,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // it last).
   bool IsSuspect(NodeId node) const;
   void NoteFailure(NodeId node, const Status& st);
+  // Pings each suspect node (housekeeping, once a second); one that answers is no longer
+  // suspect, so a healed partition is read from again within a second or two, not after
+  // kSuspectFor.
+  void ProbeSuspects();
   PeerCounters* CountersFor(NodeId node);
   std::chrono::milliseconds request_timeout() const { return options_.request_timeout; }
   // A PeerReader's piece fetch, from its posting to its end: the store waits for these at
@@ -235,6 +239,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::unique_ptr<PeerClient> client;
     std::unique_ptr<PeerCounters> counters;
     std::chrono::steady_clock::time_point suspect_until{};
+    bool probing = false;  // a ping of ProbeSuspects is under way
+    // When a ping last ended a suspicion: a node suspected again soon after (it answers pings
+    // but not requests, say a stuck disk) is not probed again; it waits out kSuspectFor.
+    std::chrono::steady_clock::time_point cleared_at{};
   };
   mutable std::mutex peers_mu_;
   std::map<NodeId, Peer> peers_;

@@ -420,6 +420,45 @@ void ClusterStore::NoteFailure(NodeId node, const Status& st) {
     p.suspect_until = std::chrono::steady_clock::now() + kSuspectFor;
 }
 
+void ClusterStore::ProbeSuspects() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<NodeId> due;
+  {
+    std::lock_guard lock(peers_mu_);
+    for (auto& [node, p] : peers_) {
+      if (p.suspect_until <= now || p.probing) continue;
+      if (p.cleared_at != std::chrono::steady_clock::time_point{} &&
+          now - p.cleared_at < kSuspectFor)
+        continue;
+      p.probing = true;
+      due.push_back(node);
+    }
+  }
+  for (NodeId node : due) {
+    // On the push pool: a ping of a cut-off node waits a whole request timeout.
+    pushing_->Post([this, node] {
+      PeerClient* client = Client(node);
+      CallOptions call;
+      call.timeout = options_.request_timeout;
+      Status st = client ? client->Ping(call) : Status::Error(EHOSTUNREACH, "not a member");
+      {
+        std::lock_guard lock(peers_mu_);
+        Peer& p = peers_[node];
+        p.probing = false;
+        if (st.ok()) {
+          p.suspect_until = {};
+          p.cleared_at = std::chrono::steady_clock::now();
+        }
+      }
+      if (st.ok()) {
+        spdlog::info("cluster: node {} answers again; reads and placement use it", node);
+      } else if (client) {
+        NoteFailure(node, st);
+      }
+    });
+  }
+}
+
 Status ClusterStore::PushChunk(uint64_t chunk, const LayoutRef& local, NodeId node) {
   PeerClient* client = Client(node);
   if (client == nullptr)

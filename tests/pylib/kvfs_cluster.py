@@ -94,14 +94,18 @@ class KvfsCluster:
     replicas: --replicas R. request_timeout_ms: --request-timeout. secrets: {node id: bytes}
     gives a node its own secret file (e.g. a wrong one). extra_args: passed to every node;
     node_args: {node id: [...]} to one node. start_nodes: ids started by start() (default all;
-    others can be started later with start_node).
+    others can be started later with start_node). etcd_host: the address etcd serves clients
+    on; hosts: {node id: address} instead of 127.0.0.(k+1); node_kvfs_bin: {node id: program}
+    run instead of kvfs (kvfs_netns.NetnsHost.wrapper() starts a node in its own namespace).
     """
 
     def __init__(self, n: int = 3, replicas: int = 2, capacity: str = "256M",
                  request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS, transport: str = "tcp",
                  extra_args=(), node_args: dict | None = None, secrets: dict | None = None,
                  kvfs_bin: str | None = None, kvfsctl_bin: str | None = None,
-                 start_nodes=None, lease_ttl_s: int = DEFAULT_LEASE_TTL_S):
+                 start_nodes=None, lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
+                 etcd_host: str = "127.0.0.1", hosts: dict | None = None,
+                 node_kvfs_bin: dict | None = None):
         if not 1 <= n <= 8:
             raise ValueError("n must be 1..8")
         self.n = n
@@ -119,21 +123,33 @@ class KvfsCluster:
         if parent:
             os.makedirs(parent, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="kvfs-cluster-", dir=parent)
-        self.etcd = EtcdProcess(self.root)
+        self.etcd = EtcdProcess(self.root, etcd_host)
         self.secret_file = self._write_secret("secret", os.urandom(32).hex().encode())
         self._secret_of = {}
         for node_id, secret in (secrets or {}).items():
             self._secret_of[node_id] = self._write_secret(f"secret-{node_id}", secret)
         self.nodes: dict[int, KvfsNode] = {}
+        hosts = dict(hosts or {})
+        self.node_kvfs_bin = dict(node_kvfs_bin or {})
         for k in range(1, n + 1):
-            host = node_host(k)
-            self.nodes[k] = KvfsNode(k, host, free_port(host), None)
+            host = hosts.get(k) or node_host(k)
+            self.nodes[k] = KvfsNode(k, host, self._free_port(host), None)
         for k, node in self.nodes.items():
-            node.mount = KvfsMount(kvfs_bin=self.kvfs_bin, kvfsctl_bin=self.kvfsctl_bin,
+            node.mount = KvfsMount(kvfs_bin=self.node_kvfs_bin.get(k, self.kvfs_bin),
+                                   kvfsctl_bin=self.kvfsctl_bin,
                                    capacity=capacity, extra_args=self._args(k),
                                    root=self.root)
 
     # -- configuration ------------------------------------------------------------------------
+    @staticmethod
+    def _free_port(host: str) -> int:
+        # A node in another network namespace listens on an address this one does not have:
+        # any port is free there.
+        try:
+            return free_port(host)
+        except OSError:
+            return free_port()
+
     def _write_secret(self, name: str, data: bytes) -> str:
         path = os.path.join(self.root, name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -192,7 +208,7 @@ class KvfsCluster:
             except KvfsError as e:
                 if node.started or attempt == 4 or not bind_conflict(str(e)):
                     raise
-                node.port = free_port(node.host)
+                node.port = self._free_port(node.host)
 
     def kill9(self, k: int) -> None:
         """Crash node k: SIGKILL by PID, then detach its dead mount."""

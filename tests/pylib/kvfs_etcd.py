@@ -33,9 +33,10 @@ def etcd_binary() -> str | None:
 
 
 class EtcdProcess:
-    def __init__(self, root: str):
+    def __init__(self, root: str, host: str = "127.0.0.1"):
         self.dir = os.path.join(root, "etcd")
-        self.client_port = free_port()
+        self.host = host  # clients' address (a network namespace's node needs a veth one)
+        self.client_port = free_port(host)
         self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
         self.started = False  # after the first start the ports are fixed: clients know them
@@ -43,7 +44,7 @@ class EtcdProcess:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     def start(self, timeout: float = 20.0) -> None:
         """Start etcd and wait until it answers. A first start whose port another test took
@@ -56,7 +57,7 @@ class EtcdProcess:
             except RuntimeError as e:
                 if self.started or attempt == 4 or not bind_conflict(str(e)):
                     raise
-                self.client_port = free_port()
+                self.client_port = free_port(self.host)
                 self.peer_port = free_port()
 
     def _start_once(self, timeout: float) -> None:
