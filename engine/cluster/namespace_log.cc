@@ -310,10 +310,7 @@ void NamespaceLog::CommitOne(Pending& p) {
     Result<etcd::TxnResponse> r = SendTxn(txn, {&batch});
     if (!r.ok()) {
       if (etcd::IsUnreachable(r.status())) {
-        std::lock_guard lock(mu_);
-        for (const auto& put : batch.puts) uncertain_.push_back(put.id);
-        for (ObjectId id : batch.removes) uncertain_.push_back(id);
-        ++counters_.refused_unreachable;
+        NoteRefused(batch);  // takes mu_, as Finish does: neither may hold it for the other
         spdlog::error("cluster: etcd unreachable during a namespace change: {}",
                       r.status().ToString());
         return Finish(p,

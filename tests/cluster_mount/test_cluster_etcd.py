@@ -12,6 +12,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -99,6 +101,35 @@ class ClusterEtcd(unittest.TestCase):
         wait_until(lambda: self.read(c, 1, "d/a") == b"second", VISIBLE_S,
                    what="node 1 sees the rename over d/a")
         self.assertFalse(os.path.exists(c.path(1, "d/b")))
+
+    def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
+        # etcd stops answering while a change is on its way to it (before the node's keepalive
+        # notices and refuses changes up front): that change fails with EROFS after the etcd
+        # request's timeout, and the node goes on. (Before, the commit thread reported the
+        # failure while holding the lock the report takes: it deadlocked, that close(2) and
+        # every later change and watch event of the node hung for good.)
+        c = self.cluster(n=2, replicas=2)
+        self.write(c, 1, "before", b"b")
+        c.wait_exists(2, "before", VISIBLE_S)
+        script = ("import errno, os, sys\n"
+                  "try:\n    os.mkdir(sys.argv[1]); print('ok')\n"
+                  "except OSError as e:\n    print(errno.errorcode[e.errno])\n")
+        c.etcd.pause()
+        try:
+            child = subprocess.Popen([sys.executable, "-c", script, c.path(1, "in-flight")],
+                                     stdout=subprocess.PIPE)
+            # A child stuck in a FUSE request cannot be killed; it goes with the daemon.
+            self.addCleanup(lambda: child.poll() is None and child.kill())
+            wait_until(lambda: child.poll() is not None, 15.0, 0.1,
+                       what="mkdir returns while etcd is frozen")
+            self.assertEqual(child.stdout.read().strip(), b"EROFS")
+            self.assertEqual(self.read(c, 1, "before"), b"b")  # reads go on
+        finally:
+            c.etcd.resume()
+        self.write_when_accepted(c, 1, "after", b"a", "node 1 accepts changes again")
+        c.wait_exists(2, "after", VISIBLE_S)
+        self.write(c, 2, "from2", b"2")
+        c.wait_exists(1, "from2", VISIBLE_S)
 
     def test_frozen_node_catches_up_after_sigcont(self):
         c = self.cluster(n=2, replicas=1)

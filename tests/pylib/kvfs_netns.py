@@ -10,6 +10,7 @@ addresses are unique per instance (pid + counter): tests running at once do not 
     ns.etcd_root                      # where etcd serves the namespace's node
     ns.wrapper()                      # a program that runs kvfs inside the namespace
     ns.partition(); ns.heal()         # black-hole the peer link, and back
+    ns.cut_etcd(); ns.mend_etcd()     # the same for the etcd link
     ns.cleanup()                      # links and namespace gone
 
 The node's mount stays in this mount namespace (nsenter --net changes only the network), so
@@ -95,17 +96,29 @@ class NetnsHost:
         self._wrapper = path
         return path
 
-    def partition(self) -> None:
-        mac = _run("ip", "-n", self.name, "-o", "link", "show", self._peer_if_ns).split(
+    def _cut(self, here: str, there: str, addr_there: str) -> None:
+        mac = _run("ip", "-n", self.name, "-o", "link", "show", there).split(
             "link/ether ")[1].split()[0]
-        _run("ip", "neigh", "replace", self.peer_ns, "lladdr", mac, "nud", "permanent", "dev",
-             self._peer_if)
-        _run("ip", "-n", self.name, "link", "set", self._peer_if_ns, "down")
+        _run("ip", "neigh", "replace", addr_there, "lladdr", mac, "nud", "permanent", "dev", here)
+        _run("ip", "-n", self.name, "link", "set", there, "down")
+
+    def _mend(self, here: str, there: str, addr_there: str) -> None:
+        _run("ip", "-n", self.name, "link", "set", there, "up")
+        subprocess.run(["ip", "neigh", "del", addr_there, "dev", here], capture_output=True)
+
+    def partition(self) -> None:
+        """Cut the peer link (etcd stays reachable)."""
+        self._cut(self._peer_if, self._peer_if_ns, self.peer_ns)
 
     def heal(self) -> None:
-        _run("ip", "-n", self.name, "link", "set", self._peer_if_ns, "up")
-        subprocess.run(["ip", "neigh", "del", self.peer_ns, "dev", self._peer_if],
-                       capture_output=True)
+        self._mend(self._peer_if, self._peer_if_ns, self.peer_ns)
+
+    def cut_etcd(self) -> None:
+        """Cut the etcd link (the peers stay reachable)."""
+        self._cut(self._etcd_if, self._etcd_if_ns, self.etcd_ns)
+
+    def mend_etcd(self) -> None:
+        self._mend(self._etcd_if, self._etcd_if_ns, self.etcd_ns)
 
     def cleanup(self) -> None:
         if self._wrapper:
