@@ -54,12 +54,19 @@ class NetnsHost:
         # Interface names are at most 15 bytes.
         self._peer_if, self._peer_if_ns = f"kvp{tag}a", f"kvp{tag}b"
         self._etcd_if, self._etcd_if_ns = f"kve{tag}a", f"kve{tag}b"
-        # 10.(200..249).X.Y/30 pairs: two links per instance.
-        seq = (os.getpid() * 7 + n) % (50 * 256 * 32)
-        a, rest = 200 + seq // (256 * 32), seq % (256 * 32)
-        b, c = rest // 32, (rest % 32) * 8
-        self.peer_root, self.peer_ns = f"10.{a}.{b}.{c + 1}", f"10.{a}.{b}.{c + 2}"
-        self.etcd_root, self.etcd_ns = f"10.{a}.{b}.{c + 5}", f"10.{a}.{b}.{c + 6}"
+        # Two /30 links in 198.18.0.0/15, the range set aside for network tests (RFC 2544):
+        # no real network uses it; one already routed here is passed over.
+        routes = subprocess.run(["ip", "-o", "-4", "route", "show", "table", "all"],
+                                capture_output=True, text=True).stdout
+        seq = (os.getpid() * 7 + n * 131) % (512 * 32)
+        for _ in range(512 * 32):
+            a, rest = 18 + seq // (256 * 32), seq % (256 * 32)
+            b, c = rest // 32, (rest % 32) * 8
+            if f"198.{a}.{b}.{c}/" not in routes and f"198.{a}.{b}.{c + 4}/" not in routes:
+                break
+            seq = (seq + 1) % (512 * 32)
+        self.peer_root, self.peer_ns = f"198.{a}.{b}.{c + 1}", f"198.{a}.{b}.{c + 2}"
+        self.etcd_root, self.etcd_ns = f"198.{a}.{b}.{c + 5}", f"198.{a}.{b}.{c + 6}"
         self._root = root
         self._wrapper = None
         self._made = False
