@@ -48,15 +48,20 @@ class Partition(unittest.TestCase):
         with open(c.path(k, rel), "rb") as f:
             return f.read()
 
-    def test_a_cut_off_peer_costs_one_timeout_and_is_used_again_once_back(self):
-        c = self.cluster()
-        names = [f"f{i}" for i in range(12)]
+    def publish_on_1(self, c, count):
+        """count files of SIZE published on node 1 and seen by every node: name -> holders."""
+        names = [f"f{i}" for i in range(count)]
         for n in names:
             write_file_atomic(c.path(1, n), chunk_bytes(n, SIZE))
         for n in names:
-            c.wait_exists(2, n, 5.0)
-            c.wait_exists(3, n, 5.0)
-        holders = {n: sorted(h["id"] for h in c.location(1, n)["holders"]) for n in names}
+            for k in (2, 3):
+                c.wait_exists(k, n, 5.0)
+        return {n: sorted(h["id"] for h in c.location(1, n)["holders"]) for n in names}
+
+    def test_a_cut_off_peer_costs_one_timeout_and_is_used_again_once_back(self):
+        c = self.cluster()
+        holders = self.publish_on_1(c, 12)
+        names = list(holders)
         elsewhere = [n for n in names if 2 not in holders[n]]  # node 2 reads these remotely
         self.assertTrue(elsewhere and len(elsewhere) < len(names), holders)
         self.assertEqual(self.read(c, 2, elsewhere[0]), chunk_bytes(elsewhere[0], SIZE))
@@ -117,12 +122,8 @@ class Partition(unittest.TestCase):
         # go on; the others see it down once its lease runs out and place elsewhere, yet still
         # read its copies. With etcd back it accepts changes and catches up at once.
         c = self.cluster()
-        names = [f"f{i}" for i in range(8)]
-        for n in names:
-            write_file_atomic(c.path(1, n), chunk_bytes(n, SIZE))
-        for n in names:
-            c.wait_exists(2, n, 5.0)
-        holders = {n: sorted(h["id"] for h in c.location(1, n)["holders"]) for n in names}
+        holders = self.publish_on_1(c, 8)
+        names = list(holders)
 
         self.ns.cut_etcd()
         err, took = self.timed(lambda: write_file_atomic(c.path(2, "w"), b"x" * 1000))
