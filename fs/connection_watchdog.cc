@@ -13,12 +13,10 @@
 
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -31,7 +29,7 @@ constexpr char kFusectl[] = "/sys/fs/fuse/connections";
 constexpr unsigned kPidfdThread = O_EXCL;
 // How long the daemon's other threads may take to die after its main thread did, before the
 // watchdog takes one of them for stuck in the kernel.
-constexpr auto kThreadsGrace = std::chrono::seconds(1);
+constexpr int kThreadsGraceMs = 1000;
 
 // The signal the kernel sends the watchdog when the daemon's main thread dies; SIGTERM is the
 // daemon's "stand down".
@@ -54,19 +52,6 @@ std::vector<pid_t> Threads(pid_t pid) {
   }
   closedir(d);
   return tids;
-}
-
-// Whether every thread of `pid` has exited (gone, or a zombie waiting only for its parent).
-bool ThreadsGone(pid_t pid) {
-  if (Threads(pid).size() > 1) return false;
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return true;
-  char buf[512];
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* paren = std::strrchr(buf, ')');
-  return !paren || paren[1] == '\0' || paren[2] == 'Z' || paren[2] == 'X';
 }
 
 // Raw syscalls: Debian 12's <sys/pidfd.h> declares them without C linkage for C++.
@@ -197,26 +182,18 @@ int ConnectionWatchdogMain(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, kDeathSignal);
   // Held from while `daemon` is surely the daemon (our parent): once the daemon is gone for
   // good its pid may name another process, whose descriptors must not be taken for its.
-  int daemon_pidfd = PidfdOpen(daemon, 0);
-  // The daemon may have died before the lines above: then the parent is already another.
-  if (::getppid() != daemon && daemon_pidfd >= 0) {
-    ::close(daemon_pidfd);
-    daemon_pidfd = -1;
+  const int daemon_pidfd = PidfdOpen(daemon, 0);
+  // The daemon died before the lines above (the parent is already another): it is gone, and
+  // its pid may name another process by now.
+  if (daemon_pidfd < 0 || ::getppid() != daemon) return 0;
+  int sig = 0;
+  while (sigwait(&wait_for, &sig) != 0 || (sig != kDeathSignal && sig != SIGTERM)) {
   }
-  if (::getppid() == daemon) {
-    int sig = 0;
-    while (sigwait(&wait_for, &sig) != 0 || (sig != kDeathSignal && sig != SIGTERM)) {
-    }
-    if (sig == SIGTERM) return 0;  // a clean shutdown
-  }
+  if (sig == SIGTERM) return 0;  // a clean shutdown
   // The daemon's main thread is gone; the others normally follow within milliseconds, and the
-  // last one closes /dev/fuse, which ends the connection.
-  const auto deadline = std::chrono::steady_clock::now() + kThreadsGrace;
-  auto gone = [&] { return daemon_pidfd < 0 || Exited(daemon_pidfd) || ThreadsGone(daemon); };
-  while (!gone() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (gone()) return 0;
+  // last one closes /dev/fuse, which ends the connection. The pidfd turns readable then.
+  pollfd exited{daemon_pidfd, POLLIN, 0};
+  if (::poll(&exited, 1, kThreadsGraceMs) != 0) return 0;  // exited, or cannot be watched
   // A thread is stuck in the kernel, holding the daemon's /dev/fuse open. The connection is
   // aborted only when that very device says it is still connected: then `connection` (its
   // mount's device number, freed only once the kernel ends it) cannot name another mount.
