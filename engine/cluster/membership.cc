@@ -127,6 +127,9 @@ void Membership::RenewLoop() {
       std::chrono::milliseconds(300),
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.ttl) / 3);
   auto last_usage = std::chrono::steady_clock::now();
+  // What the last usage put wrote: an unchanged value is not written again (each put is an
+  // etcd revision, and an idle cluster should not move etcd's revision every few seconds).
+  std::string last_value;
   while (!stop_.load()) {
     {
       std::unique_lock lock(wake_mu_);
@@ -134,7 +137,10 @@ void Membership::RenewLoop() {
     }
     if (stop_.load()) return;
     // Our key is missing: a live lease still needs the key put again (the usage put below).
-    if (renew_now_.exchange(false)) last_usage = std::chrono::steady_clock::time_point{};
+    if (renew_now_.exchange(false)) {
+      last_usage = std::chrono::steady_clock::time_point{};
+      last_value.clear();
+    }
     Status st;
     if (lease_.load() == 0) {
       st = Register();
@@ -151,10 +157,15 @@ void Membership::RenewLoop() {
     }
     if (st.ok()) {
       const auto now = std::chrono::steady_clock::now();
-      if (now - last_usage > std::chrono::seconds(5)) {
+      std::string value;
+      if (now - last_usage > std::chrono::seconds(5) && (value = SelfValue()) != last_value) {
         last_usage = now;
-        auto put = etcd_->Put(keys_->Member(options_.self), SelfValue(), lease_.load());
-        if (!put.ok()) st = put.status();
+        auto put = etcd_->Put(keys_->Member(options_.self), value, lease_.load());
+        if (put.ok()) {
+          last_value = std::move(value);
+        } else {
+          st = put.status();
+        }
       }
     }
     if (st.ok()) {
