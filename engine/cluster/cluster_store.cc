@@ -84,6 +84,7 @@ Status ClusterStore::Start() {
     if (StoreListener* l = listener_.load()) l->OnRemoteHistoryLost();
   };
   hooks.writable = [this] { return membership_->etcd_reachable(); };
+  hooks.unreachable = [this](const Status& why) { membership_->NoteUnreachable(why); };
   log_ = std::make_unique<NamespaceLog>(etcd_.get(), &keys_, lo, std::move(hooks));
   repair_ = std::make_unique<Repairer>(this);
   local_->SetListener(&local_events_);

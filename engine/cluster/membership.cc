@@ -130,12 +130,16 @@ void Membership::RenewLoop() {
   // What the last usage put wrote: an unchanged value is not written again (each put is an
   // etcd revision, and an idle cluster should not move etcd's revision every few seconds).
   std::string last_value;
+  // While etcd is unreachable it is asked more often: changes are refused until it answers.
+  constexpr auto kRetry = std::chrono::milliseconds(500);
   while (!stop_.load()) {
     {
       std::unique_lock lock(wake_mu_);
-      wake_cv_.wait_for(lock, interval, [&] { return stop_.load() || renew_now_.load(); });
+      wake_cv_.wait_for(lock, reachable_.load() ? interval : std::min(interval, kRetry),
+                        [&] { return stop_.load() || renew_now_.load() || check_now_.load(); });
     }
     if (stop_.load()) return;
+    check_now_ = false;
     // Our key is missing: a live lease still needs the key put again (the usage put below).
     if (renew_now_.exchange(false)) {
       last_usage = std::chrono::steady_clock::time_point{};
@@ -174,14 +178,28 @@ void Membership::RenewLoop() {
                      etcd_->endpoint());
         if (on_change_) on_change_();
       }
-    } else if (reachable_.exchange(false)) {
-      spdlog::error(
-          "cluster: etcd unreachable ({}); namespace changes refused (EROFS) until it is back, "
-          "reads go on",
-          st.ToString());
-      if (on_change_) on_change_();
+    } else {
+      MarkUnreachable(st);
     }
   }
+}
+
+void Membership::MarkUnreachable(const Status& why) {
+  if (!reachable_.exchange(false)) return;
+  spdlog::error(
+      "cluster: etcd unreachable ({}); namespace changes refused (EROFS) until it is back, "
+      "reads go on",
+      why.ToString());
+  if (on_change_) on_change_();
+}
+
+void Membership::NoteUnreachable(const Status& why) {
+  MarkUnreachable(why);
+  {
+    std::lock_guard lock(wake_mu_);
+    check_now_ = true;
+  }
+  wake_cv_.notify_all();
 }
 
 Status Membership::Reload(int64_t* revision) {

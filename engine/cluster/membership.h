@@ -66,6 +66,10 @@ class Membership {
   // Live, not draining: where new copies may go.
   std::vector<NodeId> PlacementTargets() const;
   bool etcd_reachable() const { return reachable_.load(); }
+  // A namespace change found etcd unreachable: refuse changes from now on (one log line, not
+  // one per change) and have the renewal loop find out at once, then every half second, when
+  // etcd is back, instead of at its next keepalive.
+  void NoteUnreachable(const Status& why);
   void SetDrained(bool drained);
 
  private:
@@ -78,7 +82,8 @@ class Membership {
   void WatchLoop();
   Status Reload(int64_t* revision);  // re-reads every member and drain key
   void ApplyEvent(const etcd::Event& ev);
-  void RenewIfSelfMissing();  // from the watch thread
+  void RenewIfSelfMissing();                // from the watch thread
+  void MarkUnreachable(const Status& why);  // logs and tells on_change_ once per outage
 
   etcd::Client* const etcd_;
   const NamespaceKeys* const keys_;
@@ -92,6 +97,7 @@ class Membership {
   // Set by the watch when this node's own key is missing (etcd wiped, or the key deleted by
   // hand): the renewal loop puts it back at once instead of at its next keepalive.
   std::atomic<bool> renew_now_{false};
+  std::atomic<bool> check_now_{false};  // NoteUnreachable: ask etcd now
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   std::thread renew_, watch_;

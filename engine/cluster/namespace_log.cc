@@ -313,6 +313,7 @@ void NamespaceLog::CommitOne(Pending& p) {
         NoteRefused(batch);  // takes mu_, as Finish does: neither may hold it for the other
         spdlog::error("cluster: etcd unreachable during a namespace change: {}",
                       r.status().ToString());
+        if (hooks_.unreachable) hooks_.unreachable(r.status());
         return Finish(p,
                       Status::Error(EROFS, "etcd is unreachable (" + r.status().message() +
                                                "); the change may not have been made"),

@@ -57,6 +57,8 @@ struct NamespaceLogHooks {
   std::function<void(ObjectId, const ObjectRecord*)> reset;
   // False while etcd is unreachable (membership): changes are refused at once with EROFS.
   std::function<bool()> writable;
+  // A change found etcd unreachable: later ones are refused up front until it answers again.
+  std::function<void(const Status&)> unreachable;
 };
 
 struct NamespaceLogOptions {

@@ -211,6 +211,37 @@ class ClusterEtcd(unittest.TestCase):
         wait_until(lambda: {n["id"]: n["state"] for n in c.nodes_json(1)["nodes"]} ==
                    {1: "self", 2: "up"}, DOWN_S, 0.2, what="both nodes registered again")
 
+    def test_changes_after_etcd_died_are_refused_up_front_and_resume_soon_after(self):
+        # A long lease: the keepalive (every 10 s here) would notice etcd's death late. The
+        # first change that finds etcd gone makes the node refuse the next ones up front and
+        # says so once; it then asks etcd twice a second and takes changes soon after it is
+        # back. (Before: every change went to etcd and logged its own error line, 40 here.)
+        c = self.cluster(n=1, replicas=1, lease_ttl_s=30)
+        self.write(c, 1, "before", b"b")
+        c.etcd.kill9()
+        codes = []
+        for i in range(40):
+            try:
+                os.mkdir(c.path(1, f"d{i}"))
+                codes.append("ok")
+            except OSError as e:
+                codes.append(errno.errorcode[e.errno])
+        self.assertEqual(set(codes), {"EROFS"}, codes)
+        self.assertEqual(self.read(c, 1, "before"), b"b")
+        log = c.log(1)
+        self.assertLessEqual(log.count("etcd unreachable during a namespace change"), 2, log[-3000:])
+        self.assertEqual(log.count("namespace changes refused (EROFS) until it is back"), 1,
+                         log[-3000:])
+        c.etcd.start()
+        def accepted():
+            try:
+                self.write(c, 1, "after", b"a")
+                return True
+            except OSError:
+                return False
+        wait_until(accepted, 5.0, 0.1, what="changes accepted within 5 s of etcd's return")
+        self.assertEqual(self.read(c, 1, "after"), b"a")
+
     def test_watch_behind_compaction_resyncs(self):
         c = self.cluster(n=2, replicas=1)
         os.mkdir(c.path(1, "c"))
