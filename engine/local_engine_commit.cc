@@ -315,7 +315,7 @@ void LocalEngineImpl::CommitLoop() {
       if (!rolled_back.empty()) {
         spdlog::error("engine: undid {} changes that never became durable", rolled_back.size());
         if (StoreListener* l = listener_.load()) {
-          for (const auto& [id, rec] : rolled_back) l->OnRolledBack(id, rec ? &*rec : nullptr);
+          for (const auto& [id, rec] : rolled_back) l->OnRolledBack(id, rec ? &*rec : nullptr, {});
         }
       }
       lock.lock();

@@ -125,7 +125,7 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       batch.puts.push_back(RecordOf(in));
       FinishNames(names, &batch);
       batch.exclusive = true;
-      ticket = TakeTicket();
+      ticket = TakeTicket(batch);
       created = fh;
     }
   }
@@ -328,7 +328,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
       in->lazy_dirty = false;
       batch.puts.push_back(RecordOf(in));
       FinishNames(names, &batch);
-      ticket = TakeTicket();
+      ticket = TakeTicket(batch);
     }
     st = ApplyInOrder(ticket, batch);
     if (!st.IsConflict() || attempt == kConflictAttempts) break;

@@ -271,18 +271,21 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     // A shared store's refusals (a name taken elsewhere, a conflict, etcd unreachable) are
     // answers, not failures of this node; the store logged what it needs to.
     if (!shared_) spdlog::error("namespace: journal apply failed: {}", done.status().ToString());
+    if (shared_) EndInFlight(batch.seq);
     return done.status();
   }
-  if (done->revision == 0 && done->layouts.empty()) return Status::Ok();
-  std::lock_guard lock(mu_);
-  for (const ObjectRecord& put : batch.puts) {
-    Inode* in = Find(put.id);
-    if (in && in->rec.revision < done->revision) in->rec.revision = done->revision;
+  if (done->revision != 0 || !done->layouts.empty()) {
+    std::lock_guard lock(mu_);
+    for (const ObjectRecord& put : batch.puts) {
+      Inode* in = Find(put.id);
+      if (in && in->rec.revision < done->revision) in->rec.revision = done->revision;
+    }
+    for (const Committed::NewLayout& l : done->layouts) {
+      Inode* in = Find(l.id);
+      if (in && in->rec.layout == l.from) in->rec.layout = l.to;
+    }
   }
-  for (const Committed::NewLayout& l : done->layouts) {
-    Inode* in = Find(l.id);
-    if (in && in->rec.layout == l.from) in->rec.layout = l.to;
-  }
+  if (shared_) EndInFlight(batch.seq);
   return Status::Ok();
 }
 
@@ -472,7 +475,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
         in->journaled = true;
         batch.puts.push_back(RecordOf(in));
         FinishNames(names, &batch);
-        ticket = TakeTicket();
+        ticket = TakeTicket(batch);
         journal = true;
       }
     }
@@ -505,7 +508,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     if (changed && in->journaled && in->rec.id != kRootId) {
       batch.puts.push_back(RecordOf(in));
       in->lazy_dirty = false;
-      ticket = TakeTicket();
+      ticket = TakeTicket(batch);
     }
     entry = MakeEntry(in);
     // A truncate of a private writer's view while readers of a published version own the page
@@ -545,7 +548,7 @@ Status Namespace::PersistLazy() {
     uint64_t ticket;
     {
       std::lock_guard lock(mu_);
-      ticket = TakeTicket();
+      ticket = TakeTicket(batch);
     }
     // Times are not worth a conflict: an object another node changed meanwhile keeps its own.
     Status st = ApplyInOrder(ticket, batch);

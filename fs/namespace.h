@@ -181,7 +181,13 @@ class Namespace {
   // The store undid a change it had accepted (a journal write failed; namespace_rollback.cc):
   // puts `id` back to its durable `record`, or takes it out of the tree when there is none
   // (null), and tells the kernel. Nothing is journaled. Open handles keep working.
-  void RestoreStoreRecord(ObjectId id, const ObjectRecord* record);
+  // A shared store's reset (origin non-zero) gives way to what overtook it: a change of the
+  // object, or of the holder of a name it would take, made here after the refused one or
+  // committed after the store's read.
+  void RestoreStoreRecord(ObjectId id, const ObjectRecord* record, ResetOrigin origin = {});
+  // A shared store committed the batch of ticket seq at `revision` (StoreListener::OnCommitted):
+  // the objects it put carry that revision from now on, before ApplyInOrder hears of it.
+  void NoteCommitted(uint64_t seq, uint64_t revision);
   // user.kvfs.pin (namespace_pin.cc): sets or clears kFlagPinned, journaled when published.
   Status SetPinned(uint64_t ino, bool pinned);
   // Waits (at most a second) until the kernel was told of every name and page this namespace
@@ -345,10 +351,21 @@ class Namespace {
     return r.status();
   }
   static constexpr int kConflictAttempts = 5;
-  uint64_t TakeTicket() { return next_ticket_++; }  // mu_ held
-  Status PublishLocked(FileHandle* fh);             // session->mu held
-  void TouchAtime(Inode* in);                       // mu_ held
-  void NoteRead(FileHandle* fh);                    // a read on fh: atime, without mu_ mostly
+  // mu_ held: the batch's place in the order of changes; its objects remember it (seq).
+  uint64_t TakeTicket(MetaBatch& batch);
+  // The seq of the newest change of `id` made here that may still be refused (mu_ held).
+  uint64_t LastChange(ObjectId id) const;
+  // Whether a shared store's reset was overtaken by `x`'s newer state (see RestoreStoreRecord).
+  bool Overtakes(const Inode* x, ResetOrigin origin) const;
+  // namespace_in_flight.cc. The batch of ticket seq was answered: its objects are no longer on
+  // their way, and the records that waited for their names are applied.
+  void EndInFlight(uint64_t seq);
+  bool InFlightLocked(ObjectId id) const;
+  // Whether a name `rec` takes is held by another object whose change is on its way.
+  bool NameBlockedLocked(const ObjectRecord& rec);
+  Status PublishLocked(FileHandle* fh);  // session->mu held
+  void TouchAtime(Inode* in);            // mu_ held
+  void NoteRead(FileHandle* fh);         // a read on fh: atime, without mu_ mostly
   // namespace_remote.cc, mu_ held: the names whose dentries and the inodes whose caches went
   // stale are appended for the caller to announce after unlocking.
   struct Stale {
@@ -363,7 +380,7 @@ class Namespace {
   bool KnownToKernelLocked(uint64_t ino) const;
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
   void RemoteRemoveLocked(ObjectId id, Stale& stale);
-  bool ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale);
+  bool ClaimNameLocked(Inode* dir, const std::string& name, const ObjectRecord& rec, Stale& stale);
 
   ChunkStore* store_;
   InvalidationSink* sink_;
@@ -371,6 +388,20 @@ class Namespace {
   std::mutex mu_;
   InodeTable inodes_;
   uint64_t next_ticket_ = 0;
+  // Objects by the seq of their newest change made here (shared stores only; the newest
+  // entries are kept, see TakeTicket).
+  std::unordered_map<ObjectId, uint64_t> last_change_;
+  // Batches given to a shared store and not answered yet (seq -> their objects), and those
+  // objects with the number of such batches each is in.
+  struct InFlightBatch {
+    std::vector<ObjectId> puts, removes;
+  };
+  std::unordered_map<uint64_t, InFlightBatch> in_flight_;
+  std::unordered_map<ObjectId, uint32_t> in_flight_ids_;
+  // Other nodes' records that would have taken a name held by an object of an in-flight batch
+  // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of
+  // theirs (a put, a removal, a reset) came first.
+  std::unordered_map<ObjectId, ObjectRecord> deferred_claims_;
   uint64_t next_view_ = 0;  // ids of versions and write sessions (OpenState::cache_view)
   std::mutex apply_mu_;
   std::condition_variable apply_cv_;

@@ -84,7 +84,7 @@ Result<EntryInfo> Namespace::Mkdir(uint64_t parent, std::string_view name, uint3
     ++in->nlookup;
     batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
     UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
@@ -111,7 +111,7 @@ Result<EntryInfo> Namespace::Symlink(uint64_t parent, std::string_view name,
     ++in->nlookup;
     batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
     UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
@@ -140,7 +140,7 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
     ++in->nlookup;
     batch.puts.push_back(RecordOf(in));
     entry = MakeEntry(in);
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
     UndoLookup(entry.attr.st_ino);  // the kernel never got the entry
@@ -172,7 +172,7 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
     dir->rec.mtime = dir->rec.ctime = now;
     dir->lazy_dirty = true;
     if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   return ApplyInOrder(ticket, batch);
 }
@@ -257,7 +257,7 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;
     src_dir->lazy_dirty = dst_dir->lazy_dirty = true;
     if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   return ApplyInOrder(ticket, batch);
 }

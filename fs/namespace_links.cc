@@ -222,7 +222,7 @@ Result<EntryInfo> Namespace::LinkOnce(uint64_t ino, uint64_t new_parent,
     batch.puts.push_back(RecordOf(in));
     FinishNames(names, &batch);
     batch.exclusive = true;
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   if (Status st = ApplyInOrder(ticket, batch); !st.ok()) {
     UndoLookup(entry.attr.st_ino);  // the kernel never got the entry

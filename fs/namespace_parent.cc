@@ -40,7 +40,7 @@ Status Namespace::SetPrefixParent(uint64_t ino, std::string_view value) {
     // Not published yet: the link goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();
     batch.puts.push_back(RecordOf(in));
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   return ApplyInOrder(ticket, batch);
 }

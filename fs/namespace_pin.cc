@@ -20,7 +20,7 @@ Status Namespace::SetPinned(uint64_t ino, bool pinned) {
     // Not published yet: the flag goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();
     batch.puts.push_back(RecordOf(in));
-    ticket = TakeTicket();
+    ticket = TakeTicket(batch);
   }
   return ApplyInOrder(ticket, batch);
 }

@@ -53,14 +53,31 @@ bool SameAttrs(const NamelessRecord& a, const NamelessRecord& b) {
 
 }  // namespace
 
-bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id, Stale& stale) {
+bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, const ObjectRecord& rec,
+                                Stale& stale) {
   Inode* other = Child(dir, name);
-  if (!other || other->rec.id == id) return true;
+  if (!other || other->rec.id == rec.id) return true;
   // This node's own file, not published yet, keeps the name until its publish decides; a
   // directory keeps it until its own change (a rename, an rmdir) arrives and frees it.
   if (!other->journaled || other->dir) {
-    spdlog::debug("namespace: record {:x} '{}' waits for the name held by {:x}", id, name,
+    spdlog::debug("namespace: record {:x} '{}' waits for the name held by {:x}", rec.id, name,
                   other->rec.id);
+    return false;
+  }
+  // The holder took the name in a later commit (this node's own, which the watch has not
+  // reached yet): etcd gives it the name; the claimant's own later change (it lost the name to
+  // that commit) follows.
+  if (rec.revision != 0 && other->rec.revision > rec.revision) {
+    spdlog::debug("namespace: record {:x} at revision {} lost '{}' to {:x} at revision {}", rec.id,
+                  rec.revision, name, other->rec.id, other->rec.revision);
+    return false;
+  }
+  // The holder's change is on its way to etcd: its answer says who holds the name (a commit
+  // may take it from the claimant, a refusal resets the holder). The claim waits for it.
+  if (InFlightLocked(other->rec.id)) {
+    spdlog::debug("namespace: record {:x} '{}' waits for the change of {:x} on its way", rec.id,
+                  name, other->rec.id);
+    deferred_claims_[rec.id] = rec;
     return false;
   }
   // The committed holder gave the name up in the shared namespace; its own change follows.
@@ -74,6 +91,7 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, uint64_t id
 
 void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   if (rec.id == kRootId || rec.id == kInvalidId || !CheckName(rec.name).ok()) return;
+  deferred_claims_.erase(rec.id);  // this state is newer than one that waited
   Inode* in = Find(rec.id);
   // Already as new (this node's own change, or delivered twice).
   if (in && in->rec.revision != 0 && rec.revision != 0 && in->rec.revision >= rec.revision) return;
@@ -106,7 +124,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     attrs = !SameAttrs(in->rec, rec);
   }
   const uint32_t nlink_before = in->linked ? in->rec.nlink() : 0;
-  auto claim = [&](Inode* d, const std::string& n) { return ClaimNameLocked(d, n, rec.id, stale); };
+  auto claim = [&](Inode* d, const std::string& n) { return ClaimNameLocked(d, n, rec, stale); };
   SetNames(in, names, claim, &stale.entries);
   if (in->linked && in->rec.nlink() != nlink_before) attrs = true;  // a link came or went
   // Everything but the names, which SetNames settled (a name lost to a conflict is left out).
@@ -135,6 +153,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
 }
 
 void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
+  deferred_claims_.erase(id);
   for (auto& [dir_id, waiting] : remote_orphans_)
     std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == id; });
   Inode* in = Find(id);
@@ -204,6 +223,11 @@ void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t
       if (id == kRootId || !in->journaled || in->rec.revision == 0) return;
       if (in->rec.revision > revision) return;  // committed after the re-read
       if (!std::binary_search(present.begin(), present.end(), id)) gone.push_back(id);
+    });
+    // Records that waited for a name and are gone from etcd since.
+    std::erase_if(deferred_claims_, [&](const auto& kv) {
+      return kv.second.revision <= revision &&
+             !std::binary_search(present.begin(), present.end(), kv.first);
     });
     // Children before their directories: ids are handed out in creation order.
     std::sort(gone.rbegin(), gone.rend());

@@ -13,7 +13,7 @@
 
 namespace kvfs::fs {
 
-void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
+void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, ResetOrigin origin) {
   if (id == kRootId || id == kInvalidId) return;
   std::vector<std::pair<uint64_t, std::string>> stale_names;
   bool data_changed = false;
@@ -22,7 +22,24 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record) {
     Inode* in = Find(id);
     // A shared store's record read before a newer one of the same object reached this node
     // (its watch applied it meanwhile): what the tree shows is already newer, keep it.
+    if (auto d = deferred_claims_.find(id);
+        d != deferred_claims_.end() && (origin.as_of == 0 || d->second.revision <= origin.as_of))
+      deferred_claims_.erase(d);  // the store's state, read after the one that waited
     if (record && in && record->revision != 0 && in->rec.revision > record->revision) return;
+    // A shared store's reset is a read of etcd taken after a refusal, applied later on another
+    // thread: a change this node made meanwhile (to the object, or to the holder of a name the
+    // reset would give it) is newer than that read. Forcing the read on it would move a name
+    // off an object that etcd gives it, for good: the watch skips this node's own commits.
+    if (Overtakes(in, origin)) return;
+    if (record) {
+      std::vector<kvfs::Link> wanted{{record->parent, record->name}};
+      wanted.insert(wanted.end(), record->extra_links.begin(), record->extra_links.end());
+      for (const kvfs::Link& l : wanted) {
+        Inode* dir = Find(l.parent);
+        Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
+        if (holder != in && Overtakes(holder, origin)) return;
+      }
+    }
     if (!record) {
       // Nothing durable: the object leaves the tree (a new file whose publish failed, a new
       // directory, a rename target that was never made).

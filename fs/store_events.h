@@ -17,9 +17,10 @@ class StoreEvents : public StoreListener {
   void OnEvicted(ObjectId id) override {
     ns_->ForgetStoreRemoval(id, Namespace::StoreRemoval::kEvicted);
   }
-  void OnRolledBack(ObjectId id, const ObjectRecord* record) override {
-    ns_->RestoreStoreRecord(id, record);
+  void OnRolledBack(ObjectId id, const ObjectRecord* record, ResetOrigin origin) override {
+    ns_->RestoreStoreRecord(id, record, origin);
   }
+  void OnCommitted(uint64_t seq, uint64_t revision) override { ns_->NoteCommitted(seq, revision); }
   void OnRemoteChanges(const std::vector<ObjectRecord>& puts,
                        const std::vector<ObjectId>& removes) override {
     ns_->ApplyRemoteChanges(puts, removes);

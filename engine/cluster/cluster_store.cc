@@ -79,12 +79,17 @@ Status ClusterStore::Start() {
   hooks.resync = [this](const std::vector<ObjectId>& present, int64_t revision) {
     OnResync(present, revision);
   };
-  hooks.reset = [this](ObjectId id, const ObjectRecord* rec) { OnReset(id, rec); };
+  hooks.reset = [this](ObjectId id, const ObjectRecord* rec, ResetOrigin origin) {
+    OnReset(id, rec, origin);
+  };
   hooks.history_lost = [this] {
     if (StoreListener* l = listener_.load()) l->OnRemoteHistoryLost();
   };
   hooks.writable = [this] { return membership_->etcd_reachable(); };
   hooks.unreachable = [this](const Status& why) { membership_->NoteUnreachable(why); };
+  hooks.committed = [this](uint64_t seq, int64_t revision) {
+    if (StoreListener* l = listener_.load()) l->OnCommitted(seq, static_cast<uint64_t>(revision));
+  };
   log_ = std::make_unique<NamespaceLog>(etcd_.get(), &keys_, lo, std::move(hooks));
   repair_ = std::make_unique<Repairer>(this);
   local_->SetListener(&local_events_);
@@ -312,13 +317,20 @@ void ClusterStore::OnResync(const std::vector<ObjectId>& present, int64_t revisi
     l->OnRemoteResync(present, static_cast<uint64_t>(revision));
 }
 
-void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec) {
-  if (rec) {
-    NoteRecords({*rec}, {});
-  } else {
-    NoteRecords({}, {id});
+void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec, ResetOrigin origin) {
+  // A read older than the version of the record this node holds a copy of (its own commit
+  // since): the copy stays. Dropping it as "replaced" would drop the current version's data.
+  bool stale = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = chunk_of_record_.find(id); it != chunk_of_record_.end()) {
+      auto held = held_.find(it->second);
+      stale = held != held_.end() && held->second.revision > (rec ? rec->revision : origin.as_of);
+    }
   }
-  if (StoreListener* l = listener_.load()) l->OnRolledBack(id, rec);
+  if (!stale && rec) NoteRecords({*rec}, {});
+  if (!stale && !rec) NoteRecords({}, {id});
+  if (StoreListener* l = listener_.load()) l->OnRolledBack(id, rec, origin);
 }
 
 void ClusterStore::MembershipChanged() {

@@ -170,7 +170,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void NoteRecords(const std::vector<ObjectRecord>& puts, const std::vector<ObjectId>& removes);
   void OnRemote(std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes);
   void OnResync(const std::vector<ObjectId>& present, int64_t revision);
-  void OnReset(ObjectId id, const ObjectRecord* rec);
+  void OnReset(ObjectId id, const ObjectRecord* rec, ResetOrigin origin);
   // The engine evicted or dropped a held copy: it stops being held at once, so the space is
   // free when the engine's writer that evicted it retries; the holder lists follow later.
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
@@ -230,6 +230,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   struct PendingCommit {
     std::shared_ptr<std::vector<Committed::NewLayout>> replaced;
     size_t puts = 0, removes = 0;
+    MetaBatch touched;  // the batch's objects (as removes) and names, to reset should it fail
   };
   std::unordered_map<uint64_t, PendingCommit> pending_;
 

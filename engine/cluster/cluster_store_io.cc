@@ -81,9 +81,18 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
                         .share();
     token = log_->Submit(prepared);
   }
-  if (!token.ok()) return token;
+  if (!token.ok()) {
+    if (token.status().err() == EROFS) log_->NoteFailed(in);  // etcd went away just now
+    return token;
+  }
+  MetaBatch touched;
+  touched.seq = in.seq;
+  touched.names = in.names;
+  touched.removes = in.removes;
+  for (const ObjectRecord& put : in.puts) touched.removes.push_back(put.id);
   std::lock_guard lock(mu_);
-  pending_[*token] = PendingCommit{std::move(replaced), in.puts.size(), in.removes.size()};
+  pending_[*token] =
+      PendingCommit{std::move(replaced), in.puts.size(), in.removes.size(), std::move(touched)};
   return token;
 }
 
@@ -184,7 +193,15 @@ Result<Committed> ClusterStore::AwaitCommitted(uint64_t token) {
     }
   }
   Result<NamespaceLog::Done> done = log_->Await(token);
-  if (!done.ok()) return done.status();
+  if (!done.ok()) {
+    // The fs shows the change already. A conflict or EEXIST has reset what it touched to what
+    // etcd holds, and EROFS will once etcd answers; any other failure (the placement of its
+    // chunks, a transaction etcd rejected) is reset the same way.
+    const Status& st = done.status();
+    if (!st.IsConflict() && st.err() != EEXIST && st.err() != EROFS && st.err() != ESHUTDOWN)
+      log_->NoteFailed(pending.touched);
+    return st;
+  }
   MetaBatch& b = done->batch;
   for (ObjectRecord& rec : b.puts) rec.revision = static_cast<uint64_t>(done->revision);
   NoteRecords(b.puts, b.removes);

@@ -262,6 +262,10 @@ Result<etcd::TxnResponse> NamespaceLog::SendTxn(const etcd::TxnRequest& txn,
     ++txn_started_;
   }
   Result<etcd::TxnResponse> r = etcd_->Txn(txn);
+  if (r.ok() && r->succeeded && hooks_.committed) {
+    for (const MetaBatch* b : batches)
+      if (b->seq != 0) hooks_.committed(b->seq, r->revision);
+  }
   {
     std::lock_guard lock(mu_);
     if (r.ok() && r->succeeded) {
@@ -379,12 +383,16 @@ void NamespaceLog::CommitOne(Pending& p) {
       std::lock_guard lock(mu_);
       ++counters_.conflicts;
     }
-    ResetTo(batch, seen);
+    ResetWork work;
+    work.Add(batch);
+    ResetTo(work, seen);
     if (taken_for_good && batch.exclusive && !records_moved)
       return Finish(p, Status::Error(EEXIST, "the name was taken on another node"), 0);
     return Finish(p, Status::Conflict("another node changed the namespace meanwhile"), 0);
   }
-  ResetTo(batch, 0);
+  ResetWork work;
+  work.Add(batch);
+  ResetTo(work, 0);
   Finish(p, Status::Conflict("the names kept being taken by other nodes"), 0);
 }
 
@@ -419,37 +427,56 @@ Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, 
   return true;
 }
 
-void NamespaceLog::NoteRefused(const MetaBatch& batch) {
-  std::lock_guard lock(mu_);
-  for (const auto& put : batch.puts) uncertain_.push_back(put.id);
-  for (ObjectId id : batch.removes) uncertain_.push_back(id);
-  ++counters_.refused_unreachable;
+void NamespaceLog::ResetWork::Add(const MetaBatch& batch) {
+  for (const auto& put : batch.puts) AddObject(put.id, batch.seq);
+  for (ObjectId id : batch.removes) AddObject(id, batch.seq);
+  for (const NameChange& c : batch.names) AddName(c.parent, c.name, batch.seq);
 }
 
-void NamespaceLog::ResetTo(const MetaBatch& batch, int64_t seen_revision) {
+void NamespaceLog::NoteRefused(const MetaBatch& batch) {
+  {
+    std::lock_guard lock(mu_);
+    ++counters_.refused_unreachable;
+  }
+  NoteFailed(batch);
+}
+
+void NamespaceLog::NoteFailed(const MetaBatch& batch) {
+  {
+    std::lock_guard lock(mu_);
+    uncertain_.Add(batch);
+  }
+  // The watch thread resets them before it resumes watching: now, if etcd answers; else once
+  // it does (membership then restarts the watch).
+  RestartWatch();
+}
+
+void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
   if (seen_revision > 0) WaitApplied(seen_revision, std::chrono::seconds(2));
-  std::vector<ObjectId> ids;
-  for (const auto& p : batch.puts) ids.push_back(p.id);
-  for (ObjectId id : batch.removes) ids.push_back(id);
-  // The holders of the batch's names come after: a name the batch's objects give back in the
-  // reset is then taken by its real holder.
-  for (const NameChange& c : batch.names) {
+  std::vector<std::pair<ObjectId, uint64_t>> ids(work.objects.begin(), work.objects.end());
+  // The holders of the names come after: a name the batch's objects give back in the reset is
+  // then taken by its real holder.
+  std::map<ObjectId, uint64_t> holders;
+  for (const auto& [key, seq] : work.names) {
     etcd::RangeRequest r;
-    r.key = keys_->Name(c.parent, c.name);
+    r.key = keys_->Name(key.first, key.second);
     auto held = etcd_->Range(r);
-    if (held.ok() && !held->kvs.empty()) {
-      if (auto id = ParseHex16(held->kvs[0].value)) ids.push_back(*id);
+    if (!held.ok()) {
+      std::lock_guard lock(mu_);
+      uncertain_.AddName(key.first, key.second, seq);
+    } else if (!held->kvs.empty()) {
+      auto id = ParseHex16(held->kvs[0].value);
+      if (id && !work.objects.count(*id)) holders[*id] = std::max(holders[*id], seq);
     }
   }
-  std::set<ObjectId> done;
-  for (ObjectId id : ids) {
-    if (!done.insert(id).second) continue;
+  ids.insert(ids.end(), holders.begin(), holders.end());
+  for (const auto& [id, seq] : ids) {
     etcd::RangeRequest r;
     r.key = keys_->Record(id);
     auto got = etcd_->Range(r);
     if (!got.ok()) {
       std::lock_guard lock(mu_);
-      uncertain_.push_back(id);
+      uncertain_.AddObject(id, seq);
       continue;
     }
     std::unique_ptr<ObjectRecord> rec;
@@ -462,7 +489,7 @@ void NamespaceLog::ResetTo(const MetaBatch& batch, int64_t seen_revision) {
       std::lock_guard lock(mu_);
       reset_at_[id] = got->revision;
     }
-    if (hooks_.reset) hooks_.reset(id, rec.get());
+    if (hooks_.reset) hooks_.reset(id, rec.get(), {static_cast<uint64_t>(got->revision), seq});
   }
 }
 

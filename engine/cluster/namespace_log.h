@@ -54,9 +54,12 @@ struct NamespaceLogHooks {
   // are of a history etcd no longer has.
   std::function<void()> history_lost;
   // The state etcd holds for an id after a refused or unknown batch (null: none).
-  std::function<void(ObjectId, const ObjectRecord*)> reset;
+  std::function<void(ObjectId, const ObjectRecord*, ResetOrigin)> reset;
   // False while etcd is unreachable (membership): changes are refused at once with EROFS.
   std::function<bool()> writable;
+  // A batch of this node (MetaBatch::seq) committed at a revision: called from the committing
+  // thread before the watch may deliver the events that follow it.
+  std::function<void(uint64_t seq, int64_t revision)> committed;
   // A change found etcd unreachable: later ones are refused up front until it answers again.
   std::function<void(const Status&)> unreachable;
 };
@@ -101,6 +104,8 @@ class NamespaceLog {
   // A batch refused before it reached etcd (etcd unreachable): the fs already shows it, so its
   // objects are reset to what etcd holds once etcd answers again.
   void NoteRefused(const MetaBatch& batch);
+  // A batch that failed otherwise (its placement, a transaction etcd rejected): the same reset.
+  void NoteFailed(const MetaBatch& batch);
   // Reads one record as etcd holds it now (null when absent).
   Result<std::unique_ptr<ObjectRecord>> ReadRecord(ObjectId id);
   // Puts `rec` if its record is still at rec.revision (holders changed by repair, eviction).
@@ -140,9 +145,23 @@ class NamespaceLog {
   // records the commit of every batch it carries.
   Result<etcd::TxnResponse> SendTxn(const etcd::TxnRequest& txn,
                                     const std::vector<const MetaBatch*>& batches);
+  // What a reset re-reads: objects, then the holders of names, each with the newest refused
+  // change of this node it answers (MetaBatch::seq, handed back in ResetOrigin).
+  // Each object and name once (refusals pile up while etcd is unreachable), with the newest seq.
+  struct ResetWork {
+    std::map<ObjectId, uint64_t> objects;
+    std::map<std::pair<uint64_t, std::string>, uint64_t> names;  // (parent, name) -> seq
+    void Add(const MetaBatch& batch);
+    void AddObject(ObjectId id, uint64_t seq) { objects[id] = std::max(objects[id], seq); }
+    void AddName(uint64_t parent, const std::string& name, uint64_t seq) {
+      auto& s = names[{parent, name}];
+      s = std::max(s, seq);
+    }
+    bool empty() const { return objects.empty() && names.empty(); }
+  };
   // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
   // the holders of its names to what etcd holds.
-  void ResetTo(const MetaBatch& batch, int64_t seen_revision);
+  void ResetTo(const ResetWork& work, int64_t seen_revision);
   // Tries to take over, for `batch`, a name another node's record holds. False: cannot.
   Result<bool> Displace(MetaBatch& batch, const NameChange& change, ObjectId holder);
   void Finish(Pending& p, Status st, int64_t revision);
@@ -204,8 +223,9 @@ class NamespaceLog {
   std::deque<std::pair<std::chrono::steady_clock::time_point, ObjectId>> rebase_age_;
   // Objects reset after a refused batch: watch events at or below the revision read are stale.
   std::unordered_map<ObjectId, int64_t> reset_at_;
-  // Objects of batches whose outcome is unknown, reset once etcd answers.
-  std::vector<ObjectId> uncertain_;
+  // Batches refused before etcd decided, or whose outcome is unknown: reset by the watch
+  // thread, before it resumes its watch, once etcd answers.
+  ResetWork uncertain_;
   Counters counters_;
 };
 

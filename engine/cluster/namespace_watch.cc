@@ -177,16 +177,25 @@ void NamespaceLog::WatchLoop() {
   bool need_resync = false, history_lost = false, resumed = false, doubtful = false;
   int failures = 0;
   while (!stop_.load()) {
-    std::vector<ObjectId> uncertain;
-    {
-      std::lock_guard lock(mu_);
-      uncertain.swap(uncertain_);
-    }
-    if (!uncertain.empty()) {
-      // Batches whose outcome was unknown: take what etcd holds for their objects.
-      MetaBatch probe;
-      for (ObjectId id : uncertain) probe.removes.push_back(id);
-      ResetTo(probe, 0);
+    // Batches refused or of unknown outcome: take what etcd holds for their objects and names
+    // (while etcd is unreachable they wait; membership restarts the watch when it is back).
+    if (!hooks_.writable || hooks_.writable()) {
+      ResetWork uncertain;
+      {
+        std::lock_guard lock(mu_);
+        std::swap(uncertain, uncertain_);
+      }
+      if (!uncertain.empty()) ResetTo(uncertain, 0);
+      bool again;
+      {
+        std::lock_guard lock(mu_);
+        again = !uncertain_.empty();
+      }
+      if (again) {  // etcd failed a read of it: again shortly, before watching
+        std::unique_lock lock(applied_mu_);
+        applied_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_.load(); });
+        continue;
+      }
     }
     if (need_resync) {
       Status st = Resync(history_lost);
@@ -225,6 +234,12 @@ void NamespaceLog::WatchLoop() {
     resumed = true;
     restart_watch_ = false;
     interrupt_watch_ = stop_.load();
+    {
+      // A refusal noted since the top of the loop: its RestartWatch may have come before the
+      // flags were cleared just now.
+      std::lock_guard lock(mu_);
+      if (!uncertain_.empty() && (!hooks_.writable || hooks_.writable())) continue;
+    }
     etcd::WatchRequest w;
     w.key = keys_->RecordPrefix();
     w.range_end = etcd::PrefixEnd(keys_->RecordPrefix());

@@ -40,6 +40,18 @@ struct MetaBatch {
   // store answers EEXIST when another node took one meanwhile. Without it, a name another node
   // published meanwhile is taken over (last writer wins, as a rename over it would).
   bool exclusive = false;
+  // The fs's order of its in-memory changes (its ticket, from 1; 0: none given). A shared store
+  // hands it back with the resets a refused batch causes (ResetOrigin), so a reset that a later
+  // change of the same object has overtaken is not forced on that change.
+  uint64_t seq = 0;
+};
+
+// Where a shared store's reset of an object comes from (StoreListener::OnRolledBack): the
+// revision it read the object at, and the newest change of this node (MetaBatch::seq) whose
+// refusal it answers. Zeros: a local store's rollback, forced as given.
+struct ResetOrigin {
+  uint64_t as_of = 0;
+  uint64_t seq = 0;
 };
 
 // The XXH3-64 of `length` consecutive bytes of a chunk, as sent to a peer that checks them.
@@ -125,8 +137,14 @@ class StoreListener {
   // The store's state of `id` is `record` (null: it has none), not what the fs last gave it:
   // a journal write failed and the store undid a change it never made durable (it is read-only
   // from then on), or a shared store refused a batch and this is what it holds now. Calls for
-  // one id come oldest state last; each forces the id to the state given.
-  virtual void OnRolledBack(ObjectId /*id*/, const ObjectRecord* /*record*/) {}
+  // one id come oldest state last; each forces the id to the state given, except that a shared
+  // store's reset gives way to what is newer than it (see ResetOrigin).
+  virtual void OnRolledBack(ObjectId /*id*/, const ObjectRecord* /*record*/,
+                            ResetOrigin /*origin*/) {}
+  // A batch of this node (MetaBatch::seq) committed at `revision` in a shared namespace. Told
+  // from the committing thread before the watch delivers any later change, so the objects the
+  // fs put carry their new revision before another node's older change can claim their names.
+  virtual void OnCommitted(uint64_t /*seq*/, uint64_t /*revision*/) {}
   // Changes another node made (a shared namespace), one commit at a time in commit order: the
   // records put (with their names) and the ids removed, to apply as one step.
   virtual void OnRemoteChanges(const std::vector<ObjectRecord>& /*puts*/,

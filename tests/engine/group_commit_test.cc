@@ -152,7 +152,7 @@ class FailJournal : public IoFaultInjector {
 };
 
 struct Undone : StoreListener {
-  void OnRolledBack(ObjectId id, const ObjectRecord* rec) override {
+  void OnRolledBack(ObjectId id, const ObjectRecord* rec, ResetOrigin) override {
     std::lock_guard lock(mu);
     last[id] = rec ? rec->name : std::string("<none>");
   }

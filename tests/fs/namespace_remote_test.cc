@@ -4,7 +4,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memory_store.h"
@@ -170,6 +174,148 @@ TEST(NamespaceRemoteTest, AResetToAnOlderRevisionKeepsTheNewerRecord) {
   auto e2 = ns.Lookup(kRootId, "lock");
   ASSERT_TRUE(e2.ok());
   EXPECT_EQ(e2->attr.st_mode & 07777, 0640u);
+}
+
+// A store that says its namespace is shared, as the cluster's is: the fs then remembers the
+// order of its own changes, which a shared store's resets are measured against.
+class SharedMemoryStore : public MemoryStore {
+ public:
+  bool SharedNamespace() const override { return true; }
+};
+
+// A cluster node resets the objects of a refused change from a read of etcd, on its watch
+// thread, some time after the refusal. A change the node made meanwhile is newer than that
+// read: the reset must not move a name off it (the node showed no file where every other node
+// showed the one this node had renamed there, for good: the watch skips a node's own commits).
+TEST(NamespaceRemoteTest, AResetGivesWayToLaterLocalChangesAndNewerCommits) {
+  SharedMemoryStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kX = (9ull << 48) | 7, kA = (9ull << 48) | 8;
+  const ObjectRecord x_at_f7 = RemoteRecord(kX, kRootId, "f7", ObjectType::kFile, 10);
+  ns.ApplyRemoteChanges({x_at_f7}, {});
+  ns.ApplyRemoteChanges({RemoteRecord(kA, kRootId, ".tmp", ObjectType::kFile, 11)}, {});
+  auto x = ns.Lookup(kRootId, "f7");
+  ASSERT_TRUE(x.ok());
+  // The change the reset will answer (seq 1): say etcd did not take it.
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(ns.SetAttr(x->attr.st_ino, chmod, nullptr).ok());
+  // Then this node renames A over f7 (seq 2), which etcd takes.
+  ASSERT_TRUE(ns.Rename(kRootId, ".tmp", kRootId, "f7", 0).ok());
+  auto is_a = [&](const char* name) {
+    auto e = ns.Lookup(kRootId, name);
+    return e.ok() && e->attr.st_ino == kA;
+  };
+  ASSERT_TRUE(is_a("f7"));
+  // The reset of X for the first change, read before the rename committed: f7 stays A's.
+  ns.RestoreStoreRecord(kX, &x_at_f7, {/*as_of=*/11, /*seq=*/1});
+  EXPECT_TRUE(is_a("f7"));
+  // A reset that answers the rename itself is forced: the rename was refused after all.
+  ns.RestoreStoreRecord(kA, nullptr, {12, 2});
+  ns.RestoreStoreRecord(kX, &x_at_f7, {12, 2});
+  auto back = ns.Lookup(kRootId, "f7");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->attr.st_ino, kX);
+  // A holder that reached this node in a commit after the read keeps its name.
+  const ObjectId kB = (9ull << 48) | 9;
+  ns.ApplyRemoteChanges({RemoteRecord(kB, kRootId, "f9", ObjectType::kFile, 20)}, {});
+  const ObjectRecord x_at_f9 = RemoteRecord(kX, kRootId, "f9", ObjectType::kFile, 15);
+  ns.RestoreStoreRecord(kX, &x_at_f9, {/*as_of=*/18, /*seq=*/2});
+  auto b = ns.Lookup(kRootId, "f9");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->attr.st_ino, kB);
+}
+
+// This node's own commit reaches its tree before the watch delivers the commits before it
+// (NoteCommitted), so an older commit of another node can name a file that a newer commit of
+// this one holds: the name stays with the newer holder. (A node lost its own file that way for
+// good: the older record took the name, then the commit that displaced it removed it, and the
+// watch skips the node's own commit.)
+TEST(NamespaceRemoteTest, AnOlderRecordDoesNotTakeANameANewerCommitHolds) {
+  SharedMemoryStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kA = (9ull << 48) | 21, kC = (9ull << 48) | 22;
+  ns.ApplyRemoteChanges({RemoteRecord(kA, kRootId, "f4", ObjectType::kFile, 20)}, {});
+  ns.ApplyRemoteChanges({RemoteRecord(kC, kRootId, "f4", ObjectType::kFile, 15)}, {});
+  auto e = ns.Lookup(kRootId, "f4");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.st_ino, kA);
+  // A newer record takes it, as before.
+  ns.ApplyRemoteChanges({RemoteRecord(kC, kRootId, "f4", ObjectType::kFile, 25)}, {});
+  auto e2 = ns.Lookup(kRootId, "f4");
+  ASSERT_TRUE(e2.ok());
+  EXPECT_EQ(e2->attr.st_ino, kC);
+}
+
+// A shared store whose commits wait until the test lets them go, answering with a revision (or
+// a refusal): the fs's change is on its way meanwhile.
+class GatedSharedStore : public SharedMemoryStore {
+ public:
+  Result<Committed> AwaitCommitted(uint64_t token) override {
+    std::unique_lock lock(mu_);
+    waiting_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return answer_.has_value(); });
+    Result<Committed> r = *answer_;
+    answer_.reset();
+    waiting_ = false;
+    lock.unlock();
+    KVFS_RETURN_IF_ERROR(MemoryStore::AwaitCommitted(token).status());
+    return r;
+  }
+  void WaitUntilWaiting() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return waiting_; });
+  }
+  void Answer(Result<Committed> r) {
+    std::lock_guard lock(mu_);
+    answer_ = std::move(r);
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool waiting_ = false;
+  std::optional<Result<Committed>> answer_;
+};
+
+// Another node's record that names a file this node is renaming onto, delivered while the
+// rename is on its way to etcd, waits for the rename's answer: a commit keeps the name here
+// (it took the name from that record), a refusal gives it to the record. (Taking it at once
+// left the node without the file once the rename committed: the record that took the name was
+// then removed as displaced.)
+TEST(NamespaceRemoteTest, ARecordWaitsForTheAnswerOfAChangeOnItsWayToItsName) {
+  for (bool commits : {true, false}) {
+    SCOPED_TRACE(commits ? "the rename commits" : "the rename is refused");
+    GatedSharedStore store;
+    RecordingSink sink;
+    Namespace ns(&store, &sink);
+    ASSERT_TRUE(ns.Load().ok());
+    const ObjectId kA = (9ull << 48) | 31, kC = (9ull << 48) | 32;
+    ns.ApplyRemoteChanges({RemoteRecord(kA, kRootId, ".tmp", ObjectType::kFile, 10)}, {});
+    std::thread renamer([&] { (void)ns.Rename(kRootId, ".tmp", kRootId, "f6", 0); });
+    store.WaitUntilWaiting();
+    ns.ApplyRemoteChanges({RemoteRecord(kC, kRootId, "f6", ObjectType::kFile, 12)}, {});
+    auto during = ns.Lookup(kRootId, "f6");
+    ASSERT_TRUE(during.ok());
+    EXPECT_EQ(during->attr.st_ino, kA);
+    Committed c;
+    c.revision = 15;
+    if (commits) {
+      store.Answer(c);
+    } else {
+      store.Answer(Status::Error(EROFS, "etcd is unreachable"));
+    }
+    renamer.join();
+    auto after = ns.Lookup(kRootId, "f6");
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->attr.st_ino, commits ? kA : kC);
+  }
 }
 
 }  // namespace

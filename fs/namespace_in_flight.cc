@@ -1,0 +1,113 @@
+// The order of this node's changes against a shared namespace (a cluster on etcd). The fs
+// applies a change to its tree before the store commits it; meanwhile other nodes' commits
+// arrive through the watch, and a refused change is reset from a read of etcd taken on another
+// thread. Both must give way to what is newer than they are:
+//   - a commit of this node reaches the tree from the committing thread (NoteCommitted), before
+//     the watch delivers the commits before it;
+//   - another node's record that would take a name held by an object whose change is still on
+//     its way waits for that change's answer (deferred claims), then applies in revision order;
+//   - a reset gives way to a later change of the same object (MetaBatch::seq) and to a holder
+//     committed after the read (Overtakes, used by RestoreStoreRecord).
+#include <algorithm>
+
+#include "namespace.h"
+
+namespace kvfs::fs {
+
+uint64_t Namespace::TakeTicket(MetaBatch& batch) {
+  const uint64_t ticket = next_ticket_++;
+  batch.seq = ticket + 1;
+  if (!shared_) return ticket;
+  InFlightBatch& flight = in_flight_[batch.seq];
+  for (const ObjectRecord& put : batch.puts) {
+    last_change_[put.id] = batch.seq;
+    flight.puts.push_back(put.id);
+    ++in_flight_ids_[put.id];
+  }
+  for (ObjectId id : batch.removes) {
+    last_change_[id] = batch.seq;
+    flight.removes.push_back(id);
+    ++in_flight_ids_[id];
+  }
+  // Only changes still waiting on the store, or refused a moment ago, matter; a reset comes
+  // right after the refusal or once etcd answers again (changes are refused until then). The
+  // newest 64Ki changes are kept, whatever their age.
+  constexpr uint64_t kKeep = 1u << 16;
+  if (last_change_.size() > 2 * kKeep)
+    std::erase_if(last_change_, [&](const auto& kv) { return kv.second + kKeep <= batch.seq; });
+  return ticket;
+}
+
+uint64_t Namespace::LastChange(ObjectId id) const {
+  auto it = last_change_.find(id);
+  return it == last_change_.end() ? 0 : it->second;
+}
+
+void Namespace::NoteCommitted(uint64_t seq, uint64_t revision) {
+  std::lock_guard lock(mu_);
+  auto it = in_flight_.find(seq);
+  if (it == in_flight_.end()) return;
+  for (ObjectId id : it->second.puts) {
+    Inode* in = Find(id);
+    if (in && in->rec.revision < revision) in->rec.revision = revision;
+  }
+}
+
+bool Namespace::Overtakes(const Inode* x, ResetOrigin origin) const {
+  if (!x) return false;
+  // A change of x made after the refused one: when it commits, x is what this node shows; when
+  // it is refused too, its own reset comes.
+  if (origin.seq != 0 && LastChange(x->rec.id) > origin.seq) return true;
+  // x reached this node in a commit after the store read the state it resets to.
+  return origin.as_of != 0 && x->rec.revision > origin.as_of;
+}
+
+bool Namespace::InFlightLocked(ObjectId id) const { return in_flight_ids_.count(id) > 0; }
+
+void Namespace::EndInFlight(uint64_t seq) {
+  Stale stale;
+  {
+    std::lock_guard lock(mu_);
+    auto it = in_flight_.find(seq);
+    if (it == in_flight_.end()) return;
+    auto done = [&](ObjectId id) {
+      auto n = in_flight_ids_.find(id);
+      if (n != in_flight_ids_.end() && --n->second == 0) in_flight_ids_.erase(n);
+    };
+    for (ObjectId id : it->second.puts) done(id);
+    for (ObjectId id : it->second.removes) done(id);
+    in_flight_.erase(it);
+    if (deferred_claims_.empty()) return;
+    // Records that waited for a name one of these objects held: the holder's revision is final
+    // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.
+    std::vector<ObjectRecord> ready;
+    for (auto d = deferred_claims_.begin(); d != deferred_claims_.end();) {
+      if (NameBlockedLocked(d->second)) {
+        ++d;
+        continue;
+      }
+      ready.push_back(std::move(d->second));
+      d = deferred_claims_.erase(d);
+    }
+    std::sort(ready.begin(), ready.end(),
+              [](const ObjectRecord& a, const ObjectRecord& b) { return a.revision < b.revision; });
+    for (const ObjectRecord& rec : ready) RemotePutLocked(rec, stale);
+    KeepKnownToKernelLocked(stale);
+  }
+  if (!sink_) return;
+  for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
+  for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
+}
+
+bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {
+  std::vector<kvfs::Link> names{{rec.parent, rec.name}};
+  names.insert(names.end(), rec.extra_links.begin(), rec.extra_links.end());
+  for (const kvfs::Link& l : names) {
+    Inode* dir = Find(l.parent);
+    Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
+    if (holder && holder->rec.id != rec.id && InFlightLocked(holder->rec.id)) return true;
+  }
+  return false;
+}
+
+}  // namespace kvfs::fs
