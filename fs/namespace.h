@@ -338,11 +338,14 @@ class Namespace {
   // Runs `op` again while the shared store refuses it as based on an old view (the view is
   // brought up to date before each refusal returns).
   template <typename Op>
-  static auto RetryConflicts(Op op) {
+  auto RetryConflicts(Op op) {
     for (int attempt = 1;; ++attempt) {
       auto result = op();
       if (result.ok() || !StatusOf(result).IsConflict() || attempt == kConflictAttempts)
         return result;
+      // The conflict may be with another change of this node still on its way (a publish
+      // waiting on a slow peer's copy): its answer settles the objects both touch.
+      AwaitEarlierChanges();
     }
   }
   static const Status& StatusOf(const Status& st) { return st; }
@@ -360,6 +363,8 @@ class Namespace {
   // namespace_in_flight.cc. The batch of ticket seq was answered: its objects are no longer on
   // their way, and the records that waited for their names are applied.
   void EndInFlight(uint64_t seq);
+  // Waits (at most 2 s) until every batch given to the store so far has been answered.
+  void AwaitEarlierChanges();
   bool InFlightLocked(ObjectId id) const;
   // Whether a name `rec` takes is held by another object whose change is on its way.
   bool NameBlockedLocked(const ObjectRecord& rec);
@@ -398,6 +403,7 @@ class Namespace {
   };
   std::unordered_map<uint64_t, InFlightBatch> in_flight_;
   std::unordered_map<ObjectId, uint32_t> in_flight_ids_;
+  std::condition_variable in_flight_cv_;  // with mu_: a batch left in_flight_
   // Other nodes' records that would have taken a name held by an object of an in-flight batch
   // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of
   // theirs (a put, a removal, a reset) came first.

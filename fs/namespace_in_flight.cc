@@ -9,6 +9,7 @@
 //   - a reset gives way to a later change of the same object (MetaBatch::seq) and to a holder
 //     committed after the read (Overtakes, used by RestoreStoreRecord).
 #include <algorithm>
+#include <chrono>
 
 #include "namespace.h"
 
@@ -77,6 +78,7 @@ void Namespace::EndInFlight(uint64_t seq) {
     for (ObjectId id : it->second.puts) done(id);
     for (ObjectId id : it->second.removes) done(id);
     in_flight_.erase(it);
+    in_flight_cv_.notify_all();
     if (deferred_claims_.empty()) return;
     // Records that waited for a name one of these objects held: the holder's revision is final
     // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.
@@ -97,6 +99,16 @@ void Namespace::EndInFlight(uint64_t seq) {
   if (!sink_) return;
   for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
   for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
+}
+
+void Namespace::AwaitEarlierChanges() {
+  if (!shared_) return;
+  std::unique_lock lock(mu_);
+  const uint64_t upto = next_ticket_;  // seqs handed out so far are <= this
+  in_flight_cv_.wait_for(lock, std::chrono::seconds(2), [&] {
+    return std::none_of(in_flight_.begin(), in_flight_.end(),
+                        [&](const auto& kv) { return kv.first <= upto; });
+  });
 }
 
 bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {

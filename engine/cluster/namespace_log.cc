@@ -195,15 +195,21 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn,
   std::map<std::string, ObjectId> final_holder;
   std::set<uint64_t> parents;
   std::set<std::string> asked;  // names read back on failure, once each
+  std::set<std::string> changed;
   for (const NameChange& c : batch.names) {
     const std::string key = keys_->Name(c.parent, c.name);
     final_holder[key] = c.to;
     use(key);
+    // The first change of a key gives its holder before the batch, also when that holder is an
+    // object of the batch: its record at the expected revision does not prove the name, since
+    // the fs may show it under a name etcd never gave it (a refused rename not reset yet), and
+    // a removal built on that would delete another name and leave its own behind.
+    const bool first = changed.insert(key).second;
     if (c.from == kInvalidId) {
       txn->compare.push_back({key, "", Compare::Target::kVersion, Compare::Op::kEqual, 0, ""});
       if (asked.insert(key).second)
         txn->failure.push_back({TxnOp::Kind::kRange, key, "", "", 0, 0});
-    } else if (!ids.count(c.from)) {
+    } else if (first || !ids.count(c.from)) {
       txn->compare.push_back(
           {key, "", Compare::Target::kValue, Compare::Op::kEqual, 0, Hex16(c.from)});
     }
@@ -305,6 +311,16 @@ void NamespaceLog::CommitGroup(std::vector<std::shared_ptr<Pending>>& group) {
   for (auto& p : group) CommitOne(*p);
 }
 
+void NamespaceLog::FinishUnreachable(Pending& p, const Status& why) {
+  NoteRefused(p.batch);  // takes mu_, as Finish does: neither may hold it for the other
+  spdlog::error("cluster: etcd unreachable during a namespace change: {}", why.ToString());
+  if (hooks_.unreachable) hooks_.unreachable(why);
+  Finish(p,
+         Status::Error(EROFS, "etcd is unreachable (" + why.message() +
+                                  "); the change may not have been made"),
+         0);
+}
+
 void NamespaceLog::CommitOne(Pending& p) {
   MetaBatch& batch = p.batch;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -313,16 +329,7 @@ void NamespaceLog::CommitOne(Pending& p) {
     if (Status st = BuildTxn(batch, &txn, &keys); !st.ok()) return Finish(p, st, 0);
     Result<etcd::TxnResponse> r = SendTxn(txn, {&batch});
     if (!r.ok()) {
-      if (etcd::IsUnreachable(r.status())) {
-        NoteRefused(batch);  // takes mu_, as Finish does: neither may hold it for the other
-        spdlog::error("cluster: etcd unreachable during a namespace change: {}",
-                      r.status().ToString());
-        if (hooks_.unreachable) hooks_.unreachable(r.status());
-        return Finish(p,
-                      Status::Error(EROFS, "etcd is unreachable (" + r.status().message() +
-                                               "); the change may not have been made"),
-                      0);
-      }
+      if (etcd::IsUnreachable(r.status())) return FinishUnreachable(p, r.status());
       return Finish(p, r.status(), 0);
     }
     if (r->succeeded) return Finish(p, Status::Ok(), r->revision);
@@ -362,11 +369,13 @@ void NamespaceLog::CommitOne(Pending& p) {
       seen = std::max(seen, held.kvs[0].mod_revision);
       auto holder = ParseHex16(held.kvs[0].value);
       if (!holder) continue;
-      if (batch.exclusive || records_moved) {
+      if (records_moved) {
         taken_for_good = true;
         continue;
       }
+      // Exclusive: the name is taken, unless only a name key whose record is gone holds it.
       Result<bool> d = Displace(batch, c, *holder);
+      if (!d.ok() && etcd::IsUnreachable(d.status())) return FinishUnreachable(p, d.status());
       if (!d.ok()) return Finish(p, d.status(), 0);
       if (*d) {
         displaced = true;
@@ -398,11 +407,30 @@ void NamespaceLog::CommitOne(Pending& p) {
 
 Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, ObjectId holder) {
   for (const auto& put : batch.puts) {
-    if (put.id == change.to && put.type == ObjectType::kDirectory) return false;
     if (put.id == holder) return false;  // the batch changes the holder itself: not for us
   }
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(holder));
-  if (!rec) return true;  // gone meanwhile: the next attempt finds the name free or retaken
+  auto take_from_holder = [&] {
+    for (NameChange& c : batch.names) {
+      if (c.parent == change.parent && c.name == change.name && c.from == kInvalidId)
+        c.from = holder;
+    }
+  };
+  if (!rec) {
+    // The holder's record is gone. Its removal also removes its names, so the next attempt
+    // usually finds the name free; a name key left without its record (nothing else would ever
+    // clear it, and every publish to that name would be refused for good) is taken over: the
+    // batch compares the name with that holder and overwrites it.
+    spdlog::info("cluster: '{}' in directory {:x} names record {:x}, which is gone: taken over",
+                 change.name, change.parent, holder);
+    take_from_holder();
+    return true;
+  }
+  // A new directory, and an exclusive change, do not take a name a live record holds.
+  if (batch.exclusive) return false;
+  for (const auto& put : batch.puts) {
+    if (put.id == change.to && put.type == ObjectType::kDirectory) return false;
+  }
   if (rec->type == ObjectType::kDirectory) return false;
   // Take the name out of the holder's record: the record goes on with its other names, or
   // goes when it had no other.
@@ -419,9 +447,7 @@ Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, 
     rec->extra_links.assign(names.begin() + 1, names.end());
     batch.puts.push_back(*rec);
   }
-  for (NameChange& c : batch.names) {
-    if (c.parent == change.parent && c.name == change.name && c.from == kInvalidId) c.from = holder;
-  }
+  take_from_holder();
   spdlog::info("cluster: '{}' in directory {:x} taken over from record {:x}", change.name,
                change.parent, holder);
   return true;

@@ -165,6 +165,8 @@ class NamespaceLog {
   // Tries to take over, for `batch`, a name another node's record holds. False: cannot.
   Result<bool> Displace(MetaBatch& batch, const NameChange& change, ObjectId holder);
   void Finish(Pending& p, Status st, int64_t revision);
+  // etcd did not answer a request of p's commit: EROFS, and its objects are reset once it does.
+  void FinishUnreachable(Pending& p, const Status& why);
 
   void WatchLoop();
   // Re-reads the whole namespace. `history_lost`: etcd no longer has the revisions this node

@@ -19,7 +19,7 @@ import time
 import unittest
 
 from kvfs_cluster import KvfsCluster, start_cluster, wait_until
-from kvfs_testlib import chunk_bytes
+from kvfs_testlib import chunk_bytes, write_file_atomic
 
 VISIBLE_S = 5.0
 # A node whose lease expired (3 s TTL in the harness) plus margin.
@@ -241,6 +241,32 @@ class ClusterEtcd(unittest.TestCase):
                 return False
         wait_until(accepted, 5.0, 0.1, what="changes accepted within 5 s of etcd's return")
         self.assertEqual(self.read(c, 1, "after"), b"a")
+
+    def test_a_name_left_without_its_record_is_taken_by_the_next_change(self):
+        # A name key whose record is gone (seen under random etcd stalls: a removal built on a
+        # name etcd never gave the object deleted another name and left this one) refused every
+        # publish to that name with EAGAIN, on every node, for good. The next change takes it.
+        c = self.cluster(n=2, replicas=1)
+        os.mkdir(c.path(1, "d"))
+        c.wait_exists(2, "d")
+        parent = os.stat(c.path(1, "d")).st_ino
+        gone = (1 << 48) | 0xABCDEF  # node 1's id space, never handed out
+        for name in ("published", "created"):
+            key = f"/kvfs/d/{parent:016x}/{name}".encode()
+            c.etcd.call("/v3/kv/put", {"key": base64.b64encode(key).decode(),
+                                       "value": base64.b64encode(b"%016x" % gone).decode()})
+        self.assertFalse(os.path.exists(c.path(1, "d/published")))
+        write_file_atomic(c.path(1, "d/published"), b"by rename")
+        self.assertEqual(self.read(c, 1, "d/published"), b"by rename")
+        fd = os.open(c.path(2, "d/created"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"by O_EXCL")
+        os.close(fd)
+        for k in (1, 2):
+            c.wait_exists(k, "d/published", VISIBLE_S)
+            c.wait_exists(k, "d/created", VISIBLE_S)
+            self.assertEqual(self.read(c, k, "d/published"), b"by rename")
+            wait_until(lambda: self.read(c, k, "d/created") == b"by O_EXCL", VISIBLE_S,
+                       what=f"node {k} reads the file made over the stale name")
 
     def test_watch_behind_compaction_resyncs(self):
         c = self.cluster(n=2, replicas=1)
