@@ -359,7 +359,7 @@ Status ClusterStore::Evict(ObjectId id) {
 
 PeerClient* ClusterStore::Client(NodeId node) {
   if (node == options_.node_id) return nullptr;
-  std::optional<MemberInfo> m = membership_->Find(node);
+  std::optional<MemberInfo> m = membership_->FindOrFetch(node);
   std::lock_guard lock(peers_mu_);
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();

@@ -306,6 +306,22 @@ std::vector<MemberInfo> Membership::Members() const {
   return out;
 }
 
+std::optional<MemberInfo> Membership::FindOrFetch(NodeId id) {
+  if (auto m = Find(id)) return m;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    auto& last = fetched_[id];
+    if (now - last < std::chrono::seconds(1)) return std::nullopt;
+    last = now;
+  }
+  etcd::RangeRequest r;
+  r.key = keys_->Member(id);
+  auto got = etcd_->Range(r);
+  if (!got.ok() || got->kvs.empty()) return std::nullopt;
+  return LiveMember(id, got->kvs[0]);
+}
+
 std::optional<MemberInfo> Membership::Find(NodeId id) const {
   std::lock_guard lock(mu_);
   auto it = members_.find(id);

@@ -61,6 +61,10 @@ class Membership {
 
   std::vector<MemberInfo> Members() const;  // live members (this node included), by id
   std::optional<MemberInfo> Find(NodeId id) const;
+  // Find, else etcd's member key read now: a node that registered a moment ago, before the
+  // member watch delivered it (a chunk it published is read here right away). An id not found
+  // in etcd is not asked again for a second.
+  std::optional<MemberInfo> FindOrFetch(NodeId id);
   bool IsLive(NodeId id) const;
   bool IsDraining(NodeId id) const;
   // Live, not draining: where new copies may go.
@@ -103,8 +107,9 @@ class Membership {
   std::thread renew_, watch_;
 
   mutable std::mutex mu_;
-  std::map<NodeId, MemberInfo> members_;  // from m/ keys
-  std::map<NodeId, bool> drains_;         // from x/ keys
+  std::map<NodeId, MemberInfo> members_;                             // from m/ keys
+  std::map<NodeId, std::chrono::steady_clock::time_point> fetched_;  // FindOrFetch's last read
+  std::map<NodeId, bool> drains_;                                    // from x/ keys
 };
 
 }  // namespace kvfs::cluster
