@@ -359,7 +359,18 @@ Status ClusterStore::Evict(ObjectId id) {
 
 PeerClient* ClusterStore::Client(NodeId node) {
   if (node == options_.node_id) return nullptr;
-  std::optional<MemberInfo> m = membership_->FindOrFetch(node);
+  std::optional<MemberInfo> m = membership_->Find(node);
+  if (!m) {
+    bool known;
+    {
+      std::lock_guard lock(peers_mu_);
+      auto it = peers_.find(node);
+      known = it != peers_.end() && it->second.client;
+    }
+    // Never seen: a node that joined a moment ago, which the member watch has not delivered.
+    // (A known node that is down keeps its client: it is asked last, at no etcd cost.)
+    if (!known) m = membership_->FetchMember(node);
+  }
   std::lock_guard lock(peers_mu_);
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();

@@ -306,8 +306,8 @@ std::vector<MemberInfo> Membership::Members() const {
   return out;
 }
 
-std::optional<MemberInfo> Membership::FindOrFetch(NodeId id) {
-  if (auto m = Find(id)) return m;
+std::optional<MemberInfo> Membership::FetchMember(NodeId id) {
+  if (!reachable_.load()) return std::nullopt;
   {
     std::lock_guard lock(mu_);
     const auto now = std::chrono::steady_clock::now();

@@ -61,10 +61,10 @@ class Membership {
 
   std::vector<MemberInfo> Members() const;  // live members (this node included), by id
   std::optional<MemberInfo> Find(NodeId id) const;
-  // Find, else etcd's member key read now: a node that registered a moment ago, before the
-  // member watch delivered it (a chunk it published is read here right away). An id not found
-  // in etcd is not asked again for a second.
-  std::optional<MemberInfo> FindOrFetch(NodeId id);
+  // etcd's member key of `id`, read now: a node that registered a moment ago, before the member
+  // watch delivered it (a chunk it published is read here right away). Asked at most once a
+  // second per id, and not while etcd is unreachable (a read must not wait on etcd).
+  std::optional<MemberInfo> FetchMember(NodeId id);
   bool IsLive(NodeId id) const;
   bool IsDraining(NodeId id) const;
   // Live, not draining: where new copies may go.
