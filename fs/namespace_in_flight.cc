@@ -112,9 +112,7 @@ void Namespace::AwaitEarlierChanges() {
 }
 
 bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {
-  std::vector<kvfs::Link> names{{rec.parent, rec.name}};
-  names.insert(names.end(), rec.extra_links.begin(), rec.extra_links.end());
-  for (const kvfs::Link& l : names) {
+  for (const kvfs::Link& l : RecordLinks(rec)) {
     Inode* dir = Find(l.parent);
     Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
     if (holder && holder->rec.id != rec.id && InFlightLocked(holder->rec.id)) return true;

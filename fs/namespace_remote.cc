@@ -109,8 +109,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     }
     return;
   }
-  std::vector<kvfs::Link> names{{rec.parent, rec.name}};
-  names.insert(names.end(), rec.extra_links.begin(), rec.extra_links.end());
+  const std::vector<kvfs::Link> names = RecordLinks(rec);
   bool new_version = false, attrs = false;
   if (!in) {
     auto fresh = std::make_unique<Inode>();

@@ -20,21 +20,20 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(id);
-    // A shared store's record read before a newer one of the same object reached this node
-    // (its watch applied it meanwhile): what the tree shows is already newer, keep it.
     if (auto d = deferred_claims_.find(id);
         d != deferred_claims_.end() && (origin.as_of == 0 || d->second.revision <= origin.as_of))
       deferred_claims_.erase(d);  // the store's state, read after the one that waited
+    // A shared store's record read before a newer one of the same object reached this node
+    // (its watch applied it meanwhile): what the tree shows is already newer, keep it.
     if (record && in && record->revision != 0 && in->rec.revision > record->revision) return;
     // A shared store's reset is a read of etcd taken after a refusal, applied later on another
     // thread: a change this node made meanwhile (to the object, or to the holder of a name the
     // reset would give it) is newer than that read. Forcing the read on it would move a name
     // off an object that etcd gives it, for good: the watch skips this node's own commits.
     if (Overtakes(in, origin)) return;
+    const std::vector<kvfs::Link> names = record ? RecordLinks(*record) : std::vector<kvfs::Link>{};
     if (record) {
-      std::vector<kvfs::Link> wanted{{record->parent, record->name}};
-      wanted.insert(wanted.end(), record->extra_links.begin(), record->extra_links.end());
-      for (const kvfs::Link& l : wanted) {
+      for (const kvfs::Link& l : names) {
         Inode* dir = Find(l.parent);
         Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
         if (holder != in && Overtakes(holder, origin)) return;
@@ -58,8 +57,6 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
         inodes_.Put(std::move(fresh));
       }
       data_changed = in->rec.layout != record->layout;
-      std::vector<kvfs::Link> names{{record->parent, record->name}};
-      names.insert(names.end(), record->extra_links.begin(), record->extra_links.end());
       // Whatever occupies a durable name moves aside: it gets its own call, or was never durable.
       auto move_aside = [&](Inode* dir, const std::string& name) {
         Inode* occupant = Child(dir, name);
