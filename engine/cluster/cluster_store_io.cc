@@ -48,6 +48,7 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
     return Status::Error(EROFS,
                          "etcd is unreachable: namespace changes are refused until it is back");
   }
+  KVFS_RETURN_IF_ERROR(log_->ResetIfUncertain(in));
   MetaBatch batch = in;
   auto replaced = std::make_shared<std::vector<Committed::NewLayout>>();
   bool fresh = false;

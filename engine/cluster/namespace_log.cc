@@ -352,7 +352,11 @@ void NamespaceLog::CommitOne(Pending& p) {
         std::lock_guard lock(mu_);
         expected = Rebase(id, given);
       }
-      if (static_cast<uint64_t>(now) != expected) records_moved = true;
+      if (static_cast<uint64_t>(now) != expected) {
+        records_moved = true;
+        spdlog::debug("namespace log: record {} is at revision {}, the change expected {}",
+                      Hex16(id), now, expected);
+      }
     }
     bool displaced = false;
     bool taken_for_good = false;
@@ -369,6 +373,8 @@ void NamespaceLog::CommitOne(Pending& p) {
       seen = std::max(seen, held.kvs[0].mod_revision);
       auto holder = ParseHex16(held.kvs[0].value);
       if (!holder) continue;
+      spdlog::debug("namespace log: name {} is held by {} (revision {})", key, Hex16(*holder),
+                    held.kvs[0].mod_revision);
       if (records_moved) {
         taken_for_good = true;
         continue;
@@ -391,6 +397,15 @@ void NamespaceLog::CommitOne(Pending& p) {
     {
       std::lock_guard lock(mu_);
       ++counters_.conflicts;
+    }
+    if (spdlog::should_log(spdlog::level::debug)) {
+      std::string what;
+      for (const auto& put : batch.puts)
+        what += " put " + Hex16(put.id) + "@" + std::to_string(put.revision);
+      for (const NameChange& c : batch.names)
+        what += " name " + std::to_string(c.parent) + "/" + c.name + " " + Hex16(c.from) + "->" +
+                Hex16(c.to);
+      spdlog::debug("namespace log: refused at revision {}:{}", r->revision, what);
     }
     ResetWork work;
     work.Add(batch);
@@ -457,6 +472,33 @@ void NamespaceLog::ResetWork::Add(const MetaBatch& batch) {
   for (const auto& put : batch.puts) AddObject(put.id, batch.seq);
   for (ObjectId id : batch.removes) AddObject(id, batch.seq);
   for (const NameChange& c : batch.names) AddName(c.parent, c.name, batch.seq);
+}
+
+bool NamespaceLog::ResetWork::Touches(const MetaBatch& batch) const {
+  if (empty()) return false;
+  for (const auto& put : batch.puts)
+    if (objects.count(put.id)) return true;
+  for (ObjectId id : batch.removes)
+    if (objects.count(id)) return true;
+  for (const NameChange& c : batch.names)
+    if (names.count({c.parent, c.name})) return true;
+  return false;
+}
+
+Status NamespaceLog::ResetIfUncertain(const MetaBatch& batch) {
+  ResetWork work;
+  {
+    std::lock_guard lock(mu_);
+    if (!uncertain_.Touches(batch) && !resetting_.Touches(batch)) return Status::Ok();
+    // Everything still uncertain goes now (what the batch touches may hang together with the
+    // rest: a name moved between two objects); the watch thread's reset in progress gives way
+    // to this one, which answers for a later seq.
+    std::swap(work, uncertain_);
+  }
+  work.Add(batch);
+  ResetTo(work, 0);
+  return Status::Conflict(
+      "an earlier change of these files was refused: reset to etcd's state first");
 }
 
 void NamespaceLog::NoteRefused(const MetaBatch& batch) {

@@ -106,6 +106,13 @@ class NamespaceLog {
   void NoteRefused(const MetaBatch& batch);
   // A batch that failed otherwise (its placement, a transaction etcd rejected): the same reset.
   void NoteFailed(const MetaBatch& batch);
+  // Before a batch is queued: when it touches an object or name of a refused batch not reset
+  // yet, it was built on what etcd never took (a file the fs shows as published, say), and
+  // committing it would write that as if it were (a record without its name). Then those
+  // objects and names, and the batch's own, are reset now, answering for the batch's seq (so
+  // the reset is not taken as older than the batch), and Conflict is returned: the fs builds
+  // the change again on what etcd holds. Ok otherwise.
+  Status ResetIfUncertain(const MetaBatch& batch);
   // Reads one record as etcd holds it now (null when absent).
   Result<std::unique_ptr<ObjectRecord>> ReadRecord(ObjectId id);
   // Puts `rec` if its record is still at rec.revision (holders changed by repair, eviction).
@@ -158,6 +165,8 @@ class NamespaceLog {
       s = std::max(s, seq);
     }
     bool empty() const { return objects.empty() && names.empty(); }
+    // Whether `batch` touches an object or a name of this work.
+    bool Touches(const MetaBatch& batch) const;
   };
   // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
   // the holders of its names to what etcd holds.
@@ -228,6 +237,7 @@ class NamespaceLog {
   // Batches refused before etcd decided, or whose outcome is unknown: reset by the watch
   // thread, before it resumes its watch, once etcd answers.
   ResetWork uncertain_;
+  ResetWork resetting_;  // what the watch thread took from uncertain_ and is resetting now
   Counters counters_;
 };
 

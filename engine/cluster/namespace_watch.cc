@@ -184,11 +184,13 @@ void NamespaceLog::WatchLoop() {
       {
         std::lock_guard lock(mu_);
         std::swap(uncertain, uncertain_);
+        resetting_ = uncertain;
       }
       if (!uncertain.empty()) ResetTo(uncertain, 0);
       bool again;
       {
         std::lock_guard lock(mu_);
+        resetting_ = ResetWork();
         again = !uncertain_.empty();
       }
       if (again) {  // etcd failed a read of it: again shortly, before watching

@@ -167,6 +167,9 @@ class KvfsCluster:
                 "--transport", self.transport,
                 "--request-timeout", str(self.request_timeout_ms),
                 "--etcd", self.etcd.endpoint, "--lease-ttl", str(self.lease_ttl_s)]
+        level = os.environ.get("KVFS_TEST_LOG_LEVEL")  # e.g. debug, to trace a flaky case
+        if level:
+            args += ["--log-level", level]
         return args + self.extra_args + list(self.node_args.get(k, ()))
 
     def set_secret(self, k: int, secret: bytes | None) -> None:
@@ -224,6 +227,7 @@ class KvfsCluster:
 
     def cleanup(self) -> None:
         try:
+            self._keep_logs()
             self.etcd.resume()  # a test may have left it frozen; daemons leave through it
             for node in self.nodes.values():
                 if node.mount is not None:
@@ -231,6 +235,16 @@ class KvfsCluster:
         finally:
             self.etcd.stop()
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _keep_logs(self) -> None:
+        """KVFS_TEST_KEEP_LOGS=dir: copy every node's log there before the data goes."""
+        keep = os.environ.get("KVFS_TEST_KEEP_LOGS")
+        if not keep:
+            return
+        dest = tempfile.mkdtemp(prefix="cluster-", dir=keep)
+        for k, node in self.nodes.items():
+            if node.mount is not None and os.path.exists(node.mount.log_path):
+                shutil.copy(node.mount.log_path, os.path.join(dest, f"node{k}.log"))
 
     # -- files --------------------------------------------------------------------------------
     def node(self, k: int) -> KvfsNode:
