@@ -38,6 +38,7 @@ void NamespaceLog::Stop() {
     std::lock_guard lock(mu_);
     queue_cv_.notify_all();
     in_flight_cv_.notify_all();
+    resetting_cv_.notify_all();
   }
   applied_cv_.notify_all();
   if (commit_.joinable()) commit_.join();
@@ -488,11 +489,15 @@ bool NamespaceLog::ResetWork::Touches(const MetaBatch& batch) const {
 Status NamespaceLog::ResetIfUncertain(const MetaBatch& batch) {
   ResetWork work;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!uncertain_.Touches(batch) && !resetting_.Touches(batch)) return Status::Ok();
+    // The watch thread's reset in progress first: the fs skips what it resets of the batch's
+    // objects (the batch is a later change of them), so this one resets them again after it.
+    // Without the wait, every attempt of the change would be refused while it runs.
+    resetting_cv_.wait_for(lock, std::chrono::seconds(2),
+                           [&] { return stop_.load() || resetting_.empty(); });
     // Everything still uncertain goes now (what the batch touches may hang together with the
-    // rest: a name moved between two objects); the watch thread's reset in progress gives way
-    // to this one, which answers for a later seq.
+    // rest: a name moved between two objects).
     std::swap(work, uncertain_);
   }
   work.Add(batch);

@@ -238,6 +238,7 @@ class NamespaceLog {
   // thread, before it resumes its watch, once etcd answers.
   ResetWork uncertain_;
   ResetWork resetting_;  // what the watch thread took from uncertain_ and is resetting now
+  std::condition_variable resetting_cv_;  // resetting_ emptied
   Counters counters_;
 };
 

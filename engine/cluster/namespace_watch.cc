@@ -191,6 +191,7 @@ void NamespaceLog::WatchLoop() {
       {
         std::lock_guard lock(mu_);
         resetting_ = ResetWork();
+        resetting_cv_.notify_all();
         again = !uncertain_.empty();
       }
       if (again) {  // etcd failed a read of it: again shortly, before watching
