@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,6 +21,41 @@ namespace kvfs::cluster {
 namespace {
 
 using kvfs::testing::EtcdServer;
+
+// Forwards to a real client; while `slow` is set, a read of another thread than the test's (the
+// watch thread's reset) takes 300 ms, so the test meets that reset in progress.
+class SlowResetClient : public etcd::Client {
+ public:
+  explicit SlowResetClient(etcd::Client* inner)
+      : inner_(inner), test_thread_(std::this_thread::get_id()) {}
+  Result<etcd::RangeResponse> Range(const etcd::RangeRequest& req) override {
+    if (slow && std::this_thread::get_id() != test_thread_) {
+      slow_reads.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    return inner_->Range(req);
+  }
+  Result<etcd::TxnResponse> Txn(const etcd::TxnRequest& req) override { return inner_->Txn(req); }
+  Result<int64_t> Put(const std::string& k, const std::string& v, int64_t lease) override {
+    return inner_->Put(k, v, lease);
+  }
+  Result<int64_t> LeaseGrant(int64_t ttl) override { return inner_->LeaseGrant(ttl); }
+  Result<int64_t> LeaseKeepAlive(int64_t lease) override { return inner_->LeaseKeepAlive(lease); }
+  Status LeaseRevoke(int64_t lease) override { return inner_->LeaseRevoke(lease); }
+  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
+  Status Watch(const etcd::WatchRequest& req,
+               const std::function<bool(const etcd::WatchResponse&)>& fn,
+               const std::atomic<bool>& stop) override {
+    return inner_->Watch(req, fn, stop);
+  }
+  std::string endpoint() const override { return inner_->endpoint(); }
+  std::atomic<bool> slow{false};
+  std::atomic<int> slow_reads{0};
+
+ private:
+  etcd::Client* inner_;
+  const std::thread::id test_thread_;
+};
 
 struct ResetCall {
   ObjectId id = 0;
@@ -36,6 +73,11 @@ class NamespaceLogTest : public ::testing::Test {
     auto c = etcd::MakeClient(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
+    slow_ = std::make_unique<SlowResetClient>(client_.get());
+  }
+  // `watch_resets`: whether the watch thread runs its own reset of refused changes (the
+  // fs's submissions from this thread are taken either way).
+  void StartLog(bool watch_resets) {
     NamespaceLogHooks hooks;
     hooks.apply = [](std::vector<ObjectRecord>&&, std::vector<ObjectId>&&) {};
     hooks.resync = [](const std::vector<ObjectId>&, int64_t) {};
@@ -46,11 +88,13 @@ class NamespaceLogTest : public ::testing::Test {
     // Writable for this thread's submissions only: the watch thread never runs its own reset
     // of refused changes, so the race with it is decided here, always the same way.
     const std::thread::id self = std::this_thread::get_id();
-    hooks.writable = [self] { return std::this_thread::get_id() == self; };
+    hooks.writable = [self, watch_resets] {
+      return watch_resets || std::this_thread::get_id() == self;
+    };
     NamespaceLogOptions lo;
     lo.self = 1;
-    log_ = std::make_unique<NamespaceLog>(client_.get(), &keys_, lo, std::move(hooks));
-    st = log_->Load([](ObjectRecord&&) {});
+    log_ = std::make_unique<NamespaceLog>(slow_.get(), &keys_, lo, std::move(hooks));
+    Status st = log_->Load([](ObjectRecord&&) {});
     ASSERT_TRUE(st.ok()) << st.ToString();
     log_->Start();
   }
@@ -92,6 +136,7 @@ class NamespaceLogTest : public ::testing::Test {
 
   EtcdServer server_;
   std::unique_ptr<etcd::Client> client_;
+  std::unique_ptr<SlowResetClient> slow_;
   NamespaceKeys keys_{"/kvfs/"};
   std::unique_ptr<NamespaceLog> log_;
   std::mutex mu_;
@@ -99,6 +144,7 @@ class NamespaceLogTest : public ::testing::Test {
 };
 
 TEST_F(NamespaceLogTest, AChangeOnARefusedOneIsResetAndRefusedNotCommitted) {
+  StartLog(false);
   const ObjectId x = (uint64_t{1} << 48) | 5;
   log_->NoteRefused(Create(x, "back.tmp", 1));  // etcd was unreachable: refused up front
 
@@ -129,6 +175,7 @@ TEST_F(NamespaceLogTest, AChangeOnARefusedOneIsResetAndRefusedNotCommitted) {
 }
 
 TEST_F(NamespaceLogTest, OnlyChangesTouchingARefusedObjectOrNameWait) {
+  StartLog(false);
   const ObjectId x = (uint64_t{1} << 48) | 5, y = (uint64_t{1} << 48) | 6,
                  z = (uint64_t{1} << 48) | 7;
   log_->NoteRefused(Create(x, "a", 1));
@@ -144,6 +191,31 @@ TEST_F(NamespaceLogTest, OnlyChangesTouchingARefusedObjectOrNameWait) {
   for (const ResetCall& r : resets) x_reset = x_reset || (r.id == x && r.origin.seq == 1);
   EXPECT_TRUE(x_reset) << "the refused creation of x is undone with it";
   EXPECT_TRUE(log_->ResetIfUncertain(Create(z, "a", 4)).ok());
+}
+
+TEST_F(NamespaceLogTest, AChangeMeetingTheWatchThreadsResetWaitsForItThenResetsAgain) {
+  // Under etcd stalls every attempt of a rename was refused while the watch thread reset a
+  // pile of refused changes (EAGAIN after 5): the change waits for that reset, then resets
+  // its own objects once more (the fs skipped them in the watch thread's reset: the change is
+  // newer), and is refused once.
+  StartLog(true);
+  const ObjectId x = (uint64_t{1} << 48) | 5;
+  slow_->slow = true;
+  log_->NoteRefused(Create(x, "a", 1));  // wakes the watch thread: it resets x, slowly
+  for (int i = 0; i < 200 && slow_->slow_reads.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(slow_->slow_reads.load(), 0) << "the watch thread did not start its reset";
+  Status st = log_->ResetIfUncertain(Republish(x, "a", 2));
+  EXPECT_TRUE(st.IsConflict()) << st.ToString();
+  std::vector<ResetCall> resets = Resets();
+  ASSERT_EQ(resets.size(), 2u);
+  EXPECT_EQ(resets[0].origin.seq, 1u);  // the watch thread's, first
+  EXPECT_EQ(resets[1].id, x);
+  EXPECT_EQ(resets[1].origin.seq, 2u);  // then the change's own
+  // The change built again is taken at once.
+  st = log_->ResetIfUncertain(Create(x, "a", 3));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  slow_->slow = false;
 }
 
 }  // namespace
