@@ -8,9 +8,11 @@ change, read from etcd before a later change of the same node committed, moved a
 change's file; and another node's older commit took a name that this node's newer commit held.
 Either way the node showed no file where the others showed its own.
 
-With both fixed, about one run in fifteen still ends with one node missing a temp file that the
-other two show (seen once on 2026-11-26, not yet explained), so the test runs only when asked:
-KVFS_STRESS=1 (ctest -R etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run
+With both fixed, about one run in ten still ended with one node missing a temp file that the
+other two showed, or with a rename refused (EAGAIN) five times over: a change built on a refused
+one before its reset (a publish right after etcd came back), and a change meeting the watch
+thread's reset in progress. With those fixed too, 25 runs of as many seeds agreed; the test still
+runs only when asked, being long and random: KVFS_STRESS=1 (ctest -R etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run
 (defaults 1 and 20)."""
 
 import errno
@@ -78,9 +80,14 @@ class EtcdStalls(unittest.TestCase):
 
         def staller() -> None:
             r = random.Random(SEED)
+            first = True
             while not stop.wait(r.uniform(0, 2)):
                 c.etcd.pause()
-                stop.wait(r.uniform(0, 4))
+                # The first stall outlasts a request's 3 s timeout, so changes on their way
+                # fail and later ones are refused up front whatever the seed (some seeds' stalls
+                # were all shorter: nothing was refused, and nothing tested).
+                stop.wait(4.0 if first else r.uniform(0, 4))
+                first = False
                 c.etcd.resume()
 
         threads = [threading.Thread(target=worker, args=(k, w)) for k in (1, 2, 3) for w in (0, 1)]
