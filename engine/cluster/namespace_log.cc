@@ -395,6 +395,12 @@ void NamespaceLog::CommitOne(Pending& p) {
       ++counters_.displaced;
       continue;  // the same batch, now also moving the names' holders aside
     }
+    if (!displaced && !taken_for_good && !records_moved) {
+      Result<bool> healed = ClaimUnkeyedNames(batch);
+      if (!healed.ok() && etcd::IsUnreachable(healed.status()))
+        return FinishUnreachable(p, healed.status());
+      if (healed.ok() && *healed) continue;
+    }
     {
       std::lock_guard lock(mu_);
       ++counters_.conflicts;
@@ -419,6 +425,35 @@ void NamespaceLog::CommitOne(Pending& p) {
   work.Add(batch);
   ResetTo(work, 0);
   Finish(p, Status::Conflict("the names kept being taken by other nodes"), 0);
+}
+
+Result<bool> NamespaceLog::ClaimUnkeyedNames(MetaBatch& batch) {
+  std::set<ObjectId> ids;
+  for (const auto& put : batch.puts) ids.insert(put.id);
+  for (ObjectId id : batch.removes) ids.insert(id);
+  std::set<std::string> seen;
+  bool claimed = false;
+  for (NameChange& c : batch.names) {
+    const std::string key = keys_->Name(c.parent, c.name);
+    if (!seen.insert(key).second || c.from == kInvalidId || !ids.count(c.from)) continue;
+    etcd::RangeRequest r;
+    r.key = key;
+    KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse held, etcd_->Range(r));
+    if (!held.kvs.empty()) continue;
+    KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(c.from));
+    if (!rec) continue;
+    bool named = rec->parent == c.parent && rec->name == c.name;
+    for (const Link& l : rec->extra_links)
+      named = named || (l.parent == c.parent && l.name == c.name);
+    if (!named) continue;  // the fs shows a name etcd never gave: the reset settles it
+    spdlog::warn(
+        "cluster: record {:x} names '{}' in directory {:x} but the name key is missing; "
+        "the change takes the name as free",
+        c.from, c.name, c.parent);
+    c.from = kInvalidId;
+    claimed = true;
+  }
+  return claimed;
 }
 
 Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, ObjectId holder) {

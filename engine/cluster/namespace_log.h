@@ -171,6 +171,12 @@ class NamespaceLog {
   // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
   // the holders of its names to what etcd holds.
   void ResetTo(const ResetWork& work, int64_t seen_revision);
+  // A refusal nothing else explains: a name the batch moves off one of its objects whose key
+  // is missing while the object's record names it (a record committed without its name key,
+  // as a publish built on a refused creation once did). Such names are taken as free in the
+  // next attempt; true when there was one. Without it every change of the name was refused,
+  // for good.
+  Result<bool> ClaimUnkeyedNames(MetaBatch& batch);
   // Tries to take over, for `batch`, a name another node's record holds. False: cannot.
   Result<bool> Displace(MetaBatch& batch, const NameChange& change, ObjectId holder);
   void Finish(Pending& p, Status st, int64_t revision);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "etcd_server.h"
+#include "record_value.h"
 
 namespace kvfs::cluster {
 namespace {
@@ -216,6 +217,50 @@ TEST_F(NamespaceLogTest, AChangeMeetingTheWatchThreadsResetWaitsForItThenResetsA
   st = log_->ResetIfUncertain(Create(x, "a", 3));
   EXPECT_TRUE(st.ok()) << st.ToString();
   slow_->slow = false;
+}
+
+TEST_F(NamespaceLogTest, ARecordWithoutItsNameKeyIsRenamedNotRefusedForGood) {
+  // What the publish built on a refused creation left in etcd before the fix above: a record
+  // that names "a" with no name key for it. Every rename of the file was refused (the name
+  // key does not hold it), reset to the same state, refused again: EAGAIN, for good.
+  StartLog(false);
+  const ObjectId x = (uint64_t{1} << 48) | 5;
+  ObjectRecord rec = Create(x, "a", 1).puts[0];
+  auto put = client_->Put(keys_.Record(x), EncodeRecordValue(rec, 1));
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  rec.revision = static_cast<uint64_t>(*put);
+
+  MetaBatch rename;
+  rec.name = "b";
+  rename.puts.push_back(rec);
+  rename.names.push_back({kRootId, "a", x, kInvalidId});
+  rename.names.push_back({kRootId, "b", kInvalidId, x});
+  rename.seq = 2;
+  auto token = log_->Submit(rename);
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  auto done = log_->Await(*token);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(Get(keys_.Name(kRootId, "b")), Hex16(x));
+  EXPECT_EQ(Get(keys_.Name(kRootId, "a")), "");
+
+  // A name the record does not give the object (the fs shows a rename etcd refused) is not
+  // taken as free: refused, and reset.
+  const ObjectId y = (uint64_t{1} << 48) | 6;
+  ObjectRecord other = Create(y, "c", 3).puts[0];
+  put = client_->Put(keys_.Record(y), EncodeRecordValue(other, 1));
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  other.revision = static_cast<uint64_t>(*put);
+  MetaBatch wrong;
+  other.name = "e";
+  wrong.puts.push_back(other);
+  wrong.names.push_back({kRootId, "d", y, kInvalidId});
+  wrong.names.push_back({kRootId, "e", kInvalidId, y});
+  wrong.seq = 4;
+  token = log_->Submit(wrong);
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  done = log_->Await(*token);
+  EXPECT_TRUE(done.status().IsConflict()) << done.status().ToString();
+  EXPECT_EQ(Get(keys_.Name(kRootId, "e")), "");
 }
 
 }  // namespace
