@@ -74,7 +74,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
   }
   spdlog::log(shared_ ? spdlog::level::debug : spdlog::level::warn,
               "namespace: object {} reset to the store's state ({})", id,
-              record ? record->name : std::string("no record"));
+              record ? "named '" + record->name + "'" : std::string("gone"));
   if (!sink_) return;
   for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
   if (data_changed) sink_->InvalidateInode(id, true);
