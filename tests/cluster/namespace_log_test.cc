@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "etcd_server.h"
+#include "forwarding_etcd_client.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
@@ -25,10 +26,10 @@ using kvfs::testing::EtcdServer;
 
 // Forwards to a real client; while `slow` is set, a read of another thread than the test's (the
 // watch thread's reset) takes 300 ms, so the test meets that reset in progress.
-class SlowResetClient : public etcd::Client {
+class SlowResetClient : public kvfs::testing::ForwardingEtcdClient {
  public:
   explicit SlowResetClient(etcd::Client* inner)
-      : inner_(inner), test_thread_(std::this_thread::get_id()) {}
+      : ForwardingEtcdClient(inner), test_thread_(std::this_thread::get_id()) {}
   Result<etcd::RangeResponse> Range(const etcd::RangeRequest& req) override {
     if (slow && std::this_thread::get_id() != test_thread_) {
       slow_reads.fetch_add(1);
@@ -36,25 +37,10 @@ class SlowResetClient : public etcd::Client {
     }
     return inner_->Range(req);
   }
-  Result<etcd::TxnResponse> Txn(const etcd::TxnRequest& req) override { return inner_->Txn(req); }
-  Result<int64_t> Put(const std::string& k, const std::string& v, int64_t lease) override {
-    return inner_->Put(k, v, lease);
-  }
-  Result<int64_t> LeaseGrant(int64_t ttl) override { return inner_->LeaseGrant(ttl); }
-  Result<int64_t> LeaseKeepAlive(int64_t lease) override { return inner_->LeaseKeepAlive(lease); }
-  Status LeaseRevoke(int64_t lease) override { return inner_->LeaseRevoke(lease); }
-  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
-  Status Watch(const etcd::WatchRequest& req,
-               const std::function<bool(const etcd::WatchResponse&)>& fn,
-               const std::atomic<bool>& stop) override {
-    return inner_->Watch(req, fn, stop);
-  }
-  std::string endpoint() const override { return inner_->endpoint(); }
   std::atomic<bool> slow{false};
   std::atomic<int> slow_reads{0};
 
  private:
-  etcd::Client* inner_;
   const std::thread::id test_thread_;
 };
 
@@ -69,9 +55,7 @@ class NamespaceLogTest : public ::testing::Test {
   void SetUp() override {
     Status st = server_.Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
-    etcd::ClientOptions o;
-    o.endpoints = {server_.endpoint()};
-    auto c = etcd::MakeClient(o);
+    auto c = server_.NewClient();
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
     slow_ = std::make_unique<SlowResetClient>(client_.get());
@@ -122,6 +106,28 @@ class NamespaceLogTest : public ::testing::Test {
     MetaBatch b = Create(id, name, seq);
     b.names.clear();
     return b;
+  }
+  // A record naming `name` put into etcd without its name key; returned at its revision.
+  ObjectRecord PutRecordAlone(ObjectId id, const std::string& name) {
+    ObjectRecord rec = Create(id, name, 0).puts[0];
+    auto put = client_->Put(keys_.Record(id), EncodeRecordValue(rec, 1));
+    EXPECT_TRUE(put.ok()) << put.status().ToString();
+    rec.revision = put.ok() ? static_cast<uint64_t>(*put) : 0;
+    return rec;
+  }
+  // Renames the file `rec` (in the root, under rec.name) to `to` in the root, as the fs sends
+  // it; the answer of the commit.
+  Status Rename(ObjectRecord rec, const std::string& to, uint64_t seq) {
+    MetaBatch b;
+    const std::string from = rec.name;
+    rec.name = to;
+    b.puts.push_back(rec);
+    b.names.push_back({kRootId, from, rec.id, kInvalidId});
+    b.names.push_back({kRootId, to, kInvalidId, rec.id});
+    b.seq = seq;
+    auto token = log_->Submit(b);
+    if (!token.ok()) return token.status();
+    return log_->Await(*token).status();
   }
   std::vector<ResetCall> Resets() {
     std::lock_guard lock(mu_);
@@ -225,41 +231,20 @@ TEST_F(NamespaceLogTest, ARecordWithoutItsNameKeyIsRenamedNotRefusedForGood) {
   // key does not hold it), reset to the same state, refused again: EAGAIN, for good.
   StartLog(false);
   const ObjectId x = (uint64_t{1} << 48) | 5;
-  ObjectRecord rec = Create(x, "a", 1).puts[0];
-  auto put = client_->Put(keys_.Record(x), EncodeRecordValue(rec, 1));
-  ASSERT_TRUE(put.ok()) << put.status().ToString();
-  rec.revision = static_cast<uint64_t>(*put);
+  ObjectRecord rec = PutRecordAlone(x, "a");
 
-  MetaBatch rename;
-  rec.name = "b";
-  rename.puts.push_back(rec);
-  rename.names.push_back({kRootId, "a", x, kInvalidId});
-  rename.names.push_back({kRootId, "b", kInvalidId, x});
-  rename.seq = 2;
-  auto token = log_->Submit(rename);
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
-  auto done = log_->Await(*token);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  Status st = Rename(rec, "b", 2);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(Get(keys_.Name(kRootId, "b")), Hex16(x));
   EXPECT_EQ(Get(keys_.Name(kRootId, "a")), "");
 
   // A name the record does not give the object (the fs shows a rename etcd refused) is not
   // taken as free: refused, and reset.
   const ObjectId y = (uint64_t{1} << 48) | 6;
-  ObjectRecord other = Create(y, "c", 3).puts[0];
-  put = client_->Put(keys_.Record(y), EncodeRecordValue(other, 1));
-  ASSERT_TRUE(put.ok()) << put.status().ToString();
-  other.revision = static_cast<uint64_t>(*put);
-  MetaBatch wrong;
-  other.name = "e";
-  wrong.puts.push_back(other);
-  wrong.names.push_back({kRootId, "d", y, kInvalidId});
-  wrong.names.push_back({kRootId, "e", kInvalidId, y});
-  wrong.seq = 4;
-  token = log_->Submit(wrong);
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
-  done = log_->Await(*token);
-  EXPECT_TRUE(done.status().IsConflict()) << done.status().ToString();
+  ObjectRecord other = PutRecordAlone(y, "c");
+  other.name = "d";  // what the fs shows
+  st = Rename(other, "e", 4);
+  EXPECT_TRUE(st.IsConflict()) << st.ToString();
   EXPECT_EQ(Get(keys_.Name(kRootId, "e")), "");
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "etcd_server.h"
+#include "forwarding_etcd_client.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
@@ -21,9 +22,9 @@ namespace {
 using kvfs::testing::EtcdServer;
 
 // Forwards to a real client and adds up how many keys each range read covered.
-class CountingClient : public etcd::Client {
+class CountingClient : public kvfs::testing::ForwardingEtcdClient {
  public:
-  explicit CountingClient(etcd::Client* inner) : inner_(inner) {}
+  using ForwardingEtcdClient::ForwardingEtcdClient;
   Result<etcd::RangeResponse> Range(const etcd::RangeRequest& req) override {
     auto got = inner_->Range(req);
     if (got.ok()) keys_visited += static_cast<uint64_t>(got->count);
@@ -32,24 +33,7 @@ class CountingClient : public etcd::Client {
   }
   // Changes answers before the scan sees them (a broken or hostile etcd).
   std::function<void(const etcd::RangeRequest&, etcd::RangeResponse&)> tamper;
-  Result<etcd::TxnResponse> Txn(const etcd::TxnRequest& req) override { return inner_->Txn(req); }
-  Result<int64_t> Put(const std::string& k, const std::string& v, int64_t lease) override {
-    return inner_->Put(k, v, lease);
-  }
-  Result<int64_t> LeaseGrant(int64_t ttl) override { return inner_->LeaseGrant(ttl); }
-  Result<int64_t> LeaseKeepAlive(int64_t lease) override { return inner_->LeaseKeepAlive(lease); }
-  Status LeaseRevoke(int64_t lease) override { return inner_->LeaseRevoke(lease); }
-  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
-  Status Watch(const etcd::WatchRequest& req,
-               const std::function<bool(const etcd::WatchResponse&)>& fn,
-               const std::atomic<bool>& stop) override {
-    return inner_->Watch(req, fn, stop);
-  }
-  std::string endpoint() const override { return inner_->endpoint(); }
   uint64_t keys_visited = 0;
-
- private:
-  etcd::Client* inner_;
 };
 
 class RecordScanTest : public ::testing::Test {
@@ -57,9 +41,7 @@ class RecordScanTest : public ::testing::Test {
   void SetUp() override {
     Status st = server_.Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
-    etcd::ClientOptions o;
-    o.endpoints = {server_.endpoint()};
-    auto c = etcd::MakeClient(o);
+    auto c = server_.NewClient();
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
   }

@@ -196,4 +196,10 @@ std::string EtcdServer::LogTail() const {
   return all.size() > 2000 ? all.substr(all.size() - 2000) : all;
 }
 
+Result<std::unique_ptr<etcd::Client>> EtcdServer::NewClient() const {
+  etcd::ClientOptions o;
+  o.endpoints = {endpoint()};
+  return etcd::MakeClient(o);
+}
+
 }  // namespace kvfs::testing

@@ -11,8 +11,10 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 
+#include "kvfs/etcd.h"
 #include "kvfs/status.h"
 
 namespace kvfs::testing {
@@ -33,6 +35,8 @@ class EtcdServer {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+  // A client of this server with the default options.
+  Result<std::unique_ptr<etcd::Client>> NewClient() const;
   const std::string& data_dir() const { return dir_; }
   // The last lines of etcd's log, for a failing test's message.
   std::string LogTail() const;
