@@ -11,8 +11,9 @@ Either way the node showed no file where the others showed its own.
 With both fixed, about one run in ten still ended with one node missing a temp file that the
 other two showed, or with a rename refused (EAGAIN) five times over: a change built on a refused
 one before its reset (a publish right after etcd came back), and a change meeting the watch
-thread's reset in progress. With those fixed too, 25 runs of as many seeds agreed; the test still
-runs only when asked, being long and random: KVFS_STRESS=1 (ctest -R etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run
+thread's reset in progress. With those fixed too, 46 of 47 runs (seeds 1-45) agreed; one (seed 6,
+not again in 3 reruns) ended with the nodes differing on a temp file, not explained yet. So the
+test runs only when asked: KVFS_STRESS=1 (ctest -R etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run
 (defaults 1 and 20)."""
 
 import errno
