@@ -8,13 +8,13 @@ change, read from etcd before a later change of the same node committed, moved a
 change's file; and another node's older commit took a name that this node's newer commit held.
 Either way the node showed no file where the others showed its own.
 
-With both fixed, about one run in ten still ended with one node missing a temp file that the
-other two showed, or with a rename refused (EAGAIN) five times over: a change built on a refused
-one before its reset (a publish right after etcd came back), and a change meeting the watch
-thread's reset in progress. With those fixed too, 46 of 47 runs (seeds 1-45) agreed; one (seed 6,
-not again in 3 reruns) ended with the nodes differing on a temp file, not explained yet. So the
-test runs only when asked: KVFS_STRESS=1 (ctest -R etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run
-(defaults 1 and 20)."""
+With both fixed, runs still ended badly now and then: a rename refused (EAGAIN) five times over,
+by a change built on a refused one before its reset (a publish right after etcd came back) and
+by a change meeting the watch thread's reset in progress, both fixed since; and one node missing
+a temp file the other two showed (1 run in 3 on 2026-11-26). After those fixes 46 of 47 runs
+(seeds 1-45) agreed; one (seed 6, not again in 3 reruns) ended with the nodes differing on a temp
+file, not explained yet. So the test runs only when asked: KVFS_STRESS=1 (ctest -R
+etcd_stalls). KVFS_STALL_SEED and KVFS_STALL_SECONDS vary the run (defaults 1 and 20)."""
 
 import errno
 import hashlib
