@@ -366,12 +366,6 @@ class Namespace {
   // Waits (at most 2 s) until every batch given to the store so far has been answered.
   void AwaitEarlierChanges();
   bool InFlightLocked(ObjectId id) const;
-  // Every name a record gives its object: its first name, then its extra links.
-  static std::vector<kvfs::Link> RecordLinks(const ObjectRecord& rec) {
-    std::vector<kvfs::Link> links{{rec.parent, rec.name}};
-    links.insert(links.end(), rec.extra_links.begin(), rec.extra_links.end());
-    return links;
-  }
   // Whether a name `rec` takes is held by another object whose change is on its way.
   bool NameBlockedLocked(const ObjectRecord& rec);
   Status PublishLocked(FileHandle* fh);  // session->mu held

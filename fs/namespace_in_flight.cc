@@ -112,7 +112,7 @@ void Namespace::AwaitEarlierChanges() {
 }
 
 bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {
-  for (const kvfs::Link& l : RecordLinks(rec)) {
+  for (const kvfs::Link& l : rec.links()) {
     Inode* dir = Find(l.parent);
     Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
     if (holder && holder->rec.id != rec.id && InFlightLocked(holder->rec.id)) return true;

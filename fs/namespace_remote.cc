@@ -109,7 +109,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
     }
     return;
   }
-  const std::vector<kvfs::Link> names = RecordLinks(rec);
+  const std::vector<kvfs::Link> names = rec.links();
   bool new_version = false, attrs = false;
   if (!in) {
     auto fresh = std::make_unique<Inode>();

@@ -31,7 +31,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
     // reset would give it) is newer than that read. Forcing the read on it would move a name
     // off an object that etcd gives it, for good: the watch skips this node's own commits.
     if (Overtakes(in, origin)) return;
-    const std::vector<kvfs::Link> names = record ? RecordLinks(*record) : std::vector<kvfs::Link>{};
+    const std::vector<kvfs::Link> names = record ? record->links() : std::vector<kvfs::Link>{};
     if (record) {
       for (const kvfs::Link& l : names) {
         Inode* dir = Find(l.parent);

@@ -1,5 +1,6 @@
 // NamespaceLog, commit side: the queue, group commit, transactions with their compares, and what
-// a refused transaction leads to. The watch side is in namespace_watch.cc.
+// a refused transaction leads to. The watch side is in namespace_watch.cc, the resets in
+// namespace_resets.cc.
 #include "namespace_log.h"
 
 #include <spdlog/spdlog.h>
@@ -442,10 +443,9 @@ Result<bool> NamespaceLog::ClaimUnkeyedNames(MetaBatch& batch) {
     if (!held.kvs.empty()) continue;
     KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(c.from));
     if (!rec) continue;
-    bool named = rec->parent == c.parent && rec->name == c.name;
-    for (const Link& l : rec->extra_links)
-      named = named || (l.parent == c.parent && l.name == c.name);
-    if (!named) continue;  // the fs shows a name etcd never gave: the reset settles it
+    const std::vector<Link> names = rec->links();
+    if (std::find(names.begin(), names.end(), Link{c.parent, c.name}) == names.end())
+      continue;  // the fs shows a name etcd never gave: the reset settles it
     spdlog::warn(
         "cluster: record {:x} names '{}' in directory {:x} but the name key is missing; "
         "the change takes the name as free",
@@ -485,8 +485,7 @@ Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, 
   if (rec->type == ObjectType::kDirectory) return false;
   // Take the name out of the holder's record: the record goes on with its other names, or
   // goes when it had no other.
-  std::vector<Link> names{{rec->parent, rec->name}};
-  names.insert(names.end(), rec->extra_links.begin(), rec->extra_links.end());
+  std::vector<Link> names = rec->links();
   std::erase_if(names,
                 [&](const Link& l) { return l.parent == change.parent && l.name == change.name; });
   if (names.empty()) {
@@ -502,103 +501,6 @@ Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, 
   spdlog::info("cluster: '{}' in directory {:x} taken over from record {:x}", change.name,
                change.parent, holder);
   return true;
-}
-
-void NamespaceLog::ResetWork::Add(const MetaBatch& batch) {
-  for (const auto& put : batch.puts) AddObject(put.id, batch.seq);
-  for (ObjectId id : batch.removes) AddObject(id, batch.seq);
-  for (const NameChange& c : batch.names) AddName(c.parent, c.name, batch.seq);
-}
-
-bool NamespaceLog::ResetWork::Touches(const MetaBatch& batch) const {
-  if (empty()) return false;
-  for (const auto& put : batch.puts)
-    if (objects.count(put.id)) return true;
-  for (ObjectId id : batch.removes)
-    if (objects.count(id)) return true;
-  for (const NameChange& c : batch.names)
-    if (names.count({c.parent, c.name})) return true;
-  return false;
-}
-
-Status NamespaceLog::ResetIfUncertain(const MetaBatch& batch) {
-  ResetWork work;
-  {
-    std::unique_lock lock(mu_);
-    if (!uncertain_.Touches(batch) && !resetting_.Touches(batch)) return Status::Ok();
-    // The watch thread's reset in progress first: the fs skips what it resets of the batch's
-    // objects (the batch is a later change of them), so this one resets them again after it.
-    // Without the wait, every attempt of the change would be refused while it runs.
-    resetting_cv_.wait_for(lock, std::chrono::seconds(2),
-                           [&] { return stop_.load() || resetting_.empty(); });
-    // Everything still uncertain goes now (what the batch touches may hang together with the
-    // rest: a name moved between two objects).
-    std::swap(work, uncertain_);
-  }
-  work.Add(batch);
-  ResetTo(work, 0);
-  return Status::Conflict(
-      "an earlier change of these files was refused: reset to etcd's state first");
-}
-
-void NamespaceLog::NoteRefused(const MetaBatch& batch) {
-  {
-    std::lock_guard lock(mu_);
-    ++counters_.refused_unreachable;
-  }
-  NoteFailed(batch);
-}
-
-void NamespaceLog::NoteFailed(const MetaBatch& batch) {
-  {
-    std::lock_guard lock(mu_);
-    uncertain_.Add(batch);
-  }
-  // The watch thread resets them before it resumes watching: now, if etcd answers; else once
-  // it does (membership then restarts the watch).
-  RestartWatch();
-}
-
-void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
-  if (seen_revision > 0) WaitApplied(seen_revision, std::chrono::seconds(2));
-  std::vector<std::pair<ObjectId, uint64_t>> ids(work.objects.begin(), work.objects.end());
-  // The holders of the names come after: a name the batch's objects give back in the reset is
-  // then taken by its real holder.
-  std::map<ObjectId, uint64_t> holders;
-  for (const auto& [key, seq] : work.names) {
-    etcd::RangeRequest r;
-    r.key = keys_->Name(key.first, key.second);
-    auto held = etcd_->Range(r);
-    if (!held.ok()) {
-      std::lock_guard lock(mu_);
-      uncertain_.AddName(key.first, key.second, seq);
-    } else if (!held->kvs.empty()) {
-      auto id = ParseHex16(held->kvs[0].value);
-      if (id && !work.objects.count(*id)) holders[*id] = std::max(holders[*id], seq);
-    }
-  }
-  ids.insert(ids.end(), holders.begin(), holders.end());
-  for (const auto& [id, seq] : ids) {
-    etcd::RangeRequest r;
-    r.key = keys_->Record(id);
-    auto got = etcd_->Range(r);
-    if (!got.ok()) {
-      std::lock_guard lock(mu_);
-      uncertain_.AddObject(id, seq);
-      continue;
-    }
-    std::unique_ptr<ObjectRecord> rec;
-    if (!got->kvs.empty()) {
-      auto v =
-          DecodeRecordValue(got->kvs[0].value, static_cast<uint64_t>(got->kvs[0].mod_revision));
-      if (v.ok()) rec = std::make_unique<ObjectRecord>(std::move(v->record));
-    }
-    {
-      std::lock_guard lock(mu_);
-      reset_at_[id] = got->revision;
-    }
-    if (hooks_.reset) hooks_.reset(id, rec.get(), {static_cast<uint64_t>(got->revision), seq});
-  }
 }
 
 Result<std::unique_ptr<ObjectRecord>> NamespaceLog::ReadRecord(ObjectId id) {
@@ -627,8 +529,7 @@ Status NamespaceLog::CompareAndDelete(const ObjectRecord& rec) {
   const std::string key = keys_->Record(rec.id);
   txn.compare.push_back(ModIs(key, static_cast<int64_t>(rec.revision)));
   txn.success.push_back({TxnOp::Kind::kDelete, key, "", "", 0, 0});
-  txn.success.push_back({TxnOp::Kind::kDelete, keys_->Name(rec.parent, rec.name), "", "", 0, 0});
-  for (const Link& l : rec.extra_links)
+  for (const Link& l : rec.links())
     txn.success.push_back({TxnOp::Kind::kDelete, keys_->Name(l.parent, l.name), "", "", 0, 0});
   KVFS_ASSIGN_OR_RETURN(etcd::TxnResponse r, etcd_->Txn(txn));
   if (!r.succeeded) return Status::Conflict("record " + Hex16(rec.id) + " changed meanwhile");

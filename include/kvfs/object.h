@@ -133,6 +133,13 @@ struct NamelessRecord {
 // What the store journals and hands back: the whole record, first name included.
 struct ObjectRecord : NamelessRecord {
   std::string name;  // the first name, in `parent`
+
+  // Every name the record gives its object: the first, then the extra links.
+  std::vector<Link> links() const {
+    std::vector<Link> all{{parent, name}};
+    all.insert(all.end(), extra_links.begin(), extra_links.end());
+    return all;
+  }
 };
 
 }  // namespace kvfs
