@@ -195,8 +195,21 @@ class KvfsCluster:
     def start(self) -> None:
         if self.etcd.proc is None:
             self.etcd.start()
-        for k in (self.start_nodes if self.start_nodes is not None else self.nodes):
+        started = self.start_nodes if self.start_nodes is not None else list(self.nodes)
+        for k in started:
             self.start_node(k)
+        self.wait_joined(started)
+
+    def wait_joined(self, ids, timeout: float = 15.0) -> None:
+        """Wait until each of the nodes `ids` lists every other one "up". A node places a
+        chunk's replicas on the nodes its membership watch has shown it: a publish in the
+        moment before the watch shows a peer that just registered lands with fewer than R
+        copies (repair adds the rest later), which a test that counts holders must not meet."""
+        want = sorted(ids)
+        for k in want:
+            others = {j: "up" for j in want if j != k}
+            wait_until(lambda: {j: s for j, s in self.node_states(k).items() if j in others}
+                       == others, timeout, 0.05, what=f"node {k} sees nodes {sorted(others)} up")
 
     def start_node(self, k: int) -> None:
         """Start node k. Its first start, if another test took its port since free_port picked
