@@ -94,7 +94,13 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   deferred_claims_.erase(rec.id);  // this state is newer than one that waited
   Inode* in = Find(rec.id);
   // Already as new (this node's own change, or delivered twice).
-  if (in && in->rec.revision != 0 && rec.revision != 0 && in->rec.revision >= rec.revision) return;
+  if (in && in->rec.revision != 0 && rec.revision != 0 && in->rec.revision >= rec.revision) {
+    spdlog::debug("namespace: remote record {:x} '{}' at revision {} skipped: this node has {}",
+                  rec.id, rec.name, rec.revision, in->rec.revision);
+    return;
+  }
+  spdlog::debug("namespace: remote record {:x} '{}' at revision {} (this node had {})", rec.id,
+                rec.name, rec.revision, in ? in->rec.revision : 0);
   Inode* dir = Find(rec.parent);
   if (!dir || !dir->dir) {
     // The parent directory is not here (yet): after a re-read records come in id order, and a
@@ -157,6 +163,7 @@ void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
     std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == id; });
   Inode* in = Find(id);
   if (!in || id == kRootId) return;
+  spdlog::debug("namespace: remote removal of {:x}", id);
   // A directory's children were removed before it (a directory goes only empty).
   UnlinkAllNames(in, &stale.entries);
   // Open handles keep the layout they hold; nothing more is journaled for this inode.

@@ -25,18 +25,31 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       deferred_claims_.erase(d);  // the store's state, read after the one that waited
     // A shared store's record read before a newer one of the same object reached this node
     // (its watch applied it meanwhile): what the tree shows is already newer, keep it.
-    if (record && in && record->revision != 0 && in->rec.revision > record->revision) return;
+    if (record && in && record->revision != 0 && in->rec.revision > record->revision) {
+      spdlog::debug("namespace: reset of {:x} to revision {} skipped: this node has {}", id,
+                    record->revision, in->rec.revision);
+      return;
+    }
     // A shared store's reset is a read of etcd taken after a refusal, applied later on another
     // thread: a change this node made meanwhile (to the object, or to the holder of a name the
     // reset would give it) is newer than that read. Forcing the read on it would move a name
     // off an object that etcd gives it, for good: the watch skips this node's own commits.
-    if (Overtakes(in, origin)) return;
+    if (Overtakes(in, origin)) {
+      spdlog::debug("namespace: reset of {:x} (change {}, as of {}) skipped: changed since", id,
+                    origin.seq, origin.as_of);
+      return;
+    }
     const std::vector<kvfs::Link> names = record ? record->links() : std::vector<kvfs::Link>{};
     if (record) {
       for (const kvfs::Link& l : names) {
         Inode* dir = Find(l.parent);
         Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
-        if (holder != in && Overtakes(holder, origin)) return;
+        if (holder != in && Overtakes(holder, origin)) {
+          spdlog::debug("namespace: reset of {:x} (change {}, as of {}) skipped: '{}' held by "
+                        "{:x}, changed since",
+                        id, origin.seq, origin.as_of, l.name, holder->rec.id);
+          return;
+        }
       }
     }
     if (!record) {
@@ -73,8 +86,9 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
     }
   }
   spdlog::log(shared_ ? spdlog::level::debug : spdlog::level::warn,
-              "namespace: object {} reset to the store's state ({})", id,
-              record ? "named '" + record->name + "'" : std::string("gone"));
+              "namespace: object {:x} reset to the store's state ({}, as of {}, change {})", id,
+              record ? "named '" + record->name + "'" : std::string("gone"), origin.as_of,
+              origin.seq);
   if (!sink_) return;
   for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
   if (data_changed) sink_->InvalidateInode(id, true);

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -24,23 +25,40 @@ namespace {
 
 using kvfs::testing::EtcdServer;
 
-// Forwards to a real client; while `slow` is set, a read of another thread than the test's (the
+// Forwards to a real client and counts reads: single-key ranges and read-only transactions
+// (what a reset sends). While `slow` is set, a read of another thread than the test's (the
 // watch thread's reset) takes 300 ms, so the test meets that reset in progress.
 class SlowResetClient : public kvfs::testing::ForwardingEtcdClient {
  public:
   explicit SlowResetClient(etcd::Client* inner)
       : ForwardingEtcdClient(inner), test_thread_(std::this_thread::get_id()) {}
   Result<etcd::RangeResponse> Range(const etcd::RangeRequest& req) override {
+    ranges.fetch_add(1);
+    MaybeSlow();
+    return inner_->Range(req);
+  }
+  Result<etcd::TxnResponse> Txn(const etcd::TxnRequest& req) override {
+    bool reads_only = req.compare.empty() && !req.success.empty();
+    for (const etcd::TxnOp& op : req.success)
+      reads_only = reads_only && op.kind == etcd::TxnOp::Kind::kRange;
+    if (reads_only) {
+      read_txns.fetch_add(1);
+      MaybeSlow();
+    }
+    return inner_->Txn(req);
+  }
+  std::atomic<bool> slow{false};
+  std::atomic<int> slow_reads{0};
+  std::atomic<int> ranges{0};
+  std::atomic<int> read_txns{0};
+
+ private:
+  void MaybeSlow() {
     if (slow && std::this_thread::get_id() != test_thread_) {
       slow_reads.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
-    return inner_->Range(req);
   }
-  std::atomic<bool> slow{false};
-  std::atomic<int> slow_reads{0};
-
- private:
   const std::thread::id test_thread_;
 };
 
@@ -223,6 +241,30 @@ TEST_F(NamespaceLogTest, AChangeMeetingTheWatchThreadsResetWaitsForItThenResetsA
   st = log_->ResetIfUncertain(Create(x, "a", 3));
   EXPECT_TRUE(st.ok()) << st.ToString();
   slow_->slow = false;
+}
+
+TEST_F(NamespaceLogTest, APileOfRefusedChangesIsReadBackInFewTransactions) {
+  // After an outage the first change touching a refused one resets everything refused (on the
+  // fs's submitting thread). One etcd read per name and per object took 1-2 ms each here; they
+  // go in read-only transactions of up to 64 keys, and every object still comes back as etcd
+  // holds it.
+  StartLog(false);
+  constexpr int kFiles = 150;
+  auto id_of = [](int i) { return (uint64_t{1} << 48) | static_cast<uint64_t>(100 + i); };
+  for (int i = 0; i < kFiles; ++i) {
+    if (i % 3 == 0) PutRecordAlone(id_of(i), "f" + std::to_string(i));  // etcd has these
+    log_->NoteRefused(Create(id_of(i), "f" + std::to_string(i), static_cast<uint64_t>(i + 1)));
+  }
+  const int ranges_before = slow_->ranges.load(), txns_before = slow_->read_txns.load();
+  Status st = log_->ResetIfUncertain(Republish(id_of(0), "f0", kFiles + 1));
+  EXPECT_TRUE(st.IsConflict()) << st.ToString();
+  EXPECT_EQ(slow_->ranges.load() - ranges_before, 0);
+  // 150 names, then 150 records: 3 transactions each.
+  EXPECT_EQ(slow_->read_txns.load() - txns_before, 6);
+  std::map<ObjectId, bool> present;
+  for (const ResetCall& r : Resets()) present[r.id] = r.present;
+  ASSERT_EQ(present.size(), static_cast<size_t>(kFiles));
+  for (int i = 0; i < kFiles; ++i) EXPECT_EQ(present[id_of(i)], i % 3 == 0) << "file " << i;
 }
 
 TEST_F(NamespaceLogTest, ARecordWithoutItsNameKeyIsRenamedNotRefusedForGood) {
