@@ -332,6 +332,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
     }
     st = ApplyInOrder(ticket, batch);
     if (!st.IsConflict() || attempt == kConflictAttempts) break;
+    BeforeRetry(attempt);
   }
   // Pages cached from the previous version are stale now (O_DIRECT writes never touched them).
   if (sink_) sink_->InvalidateInode(fh->ino, true);

@@ -10,6 +10,8 @@
 //     committed after the read (Overtakes, used by RestoreStoreRecord).
 #include <algorithm>
 #include <chrono>
+#include <random>
+#include <thread>
 
 #include "namespace.h"
 
@@ -109,6 +111,15 @@ void Namespace::AwaitEarlierChanges() {
     return std::none_of(in_flight_.begin(), in_flight_.end(),
                         [&](const auto& kv) { return kv.first <= upto; });
   });
+}
+
+void Namespace::BeforeRetry(int attempt) {
+  AwaitEarlierChanges();
+  if (attempt < 3) return;
+  thread_local std::minstd_rand rng(std::random_device{}());
+  const int cap_ms = 1 << std::min(attempt - 2, 6);
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(std::uniform_int_distribution<int>(0, cap_ms * 1000)(rng)));
 }
 
 bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {

@@ -318,5 +318,70 @@ TEST(NamespaceRemoteTest, ARecordWaitsForTheAnswerOfAChangeOnItsWayToItsName) {
   }
 }
 
+// Refuses the next `refusals` changes that move names as conflicts (another node changed those
+// names meanwhile), resetting their objects to what it holds first, as the cluster's store does.
+class ConflictingSharedStore : public SharedMemoryStore {
+ public:
+  Result<uint64_t> Submit(const MetaBatch& batch) override {
+    if (refusals == 0 || batch.names.empty()) return MemoryStore::Submit(batch);
+    --refusals;
+    ++refused;
+    refused_batch_ = batch;
+    return kRefusedToken;
+  }
+  Result<Committed> AwaitCommitted(uint64_t token) override {
+    if (token != kRefusedToken) return MemoryStore::AwaitCommitted(token);
+    for (const ObjectRecord& put : refused_batch_.puts) {
+      std::optional<ObjectRecord> held;
+      for (const ObjectRecord& r : Records())
+        if (r.id == put.id) held = r;
+      ns->RestoreStoreRecord(put.id, held ? &*held : nullptr, {0, refused_batch_.seq});
+    }
+    return Status::Conflict("another node changed these names");
+  }
+  Namespace* ns = nullptr;
+  int refusals = 0;
+  int refused = 0;
+
+ private:
+  static constexpr uint64_t kRefusedToken = ~uint64_t{0};
+  MetaBatch refused_batch_;
+};
+
+// Three nodes renaming and publishing over the same 8 names without a pause (the etcd stall
+// stress run) had a rename refused 5 times in a row, each time built on a state another node
+// had just replaced: EAGAIN. The fs tries a change again up to 12 times, pausing at random from
+// the third attempt on, and gives up only then.
+TEST(NamespaceRemoteTest, AChangeRefusedAsAConflictIsTriedAgainUpToTwelveTimes) {
+  ConflictingSharedStore store;
+  Namespace ns(&store, nullptr);
+  store.ns = &ns;
+  ASSERT_TRUE(ns.Load().ok());
+  for (const char* name : {"a.tmp", "b.tmp"}) {
+    auto r = ns.Create(kRootId, name, 0644, O_WRONLY | O_CREAT, 0, 0);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ns.Release(r->second).ok());
+    ns.Forget(r->first.attr.st_ino, 1);
+  }
+  store.refusals = 8;
+  Status st = ns.Rename(kRootId, "a.tmp", kRootId, "a", 0);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(store.refused, 8);
+  auto a = ns.Lookup(kRootId, "a");
+  EXPECT_TRUE(a.ok());
+  if (a.ok()) ns.Forget(a->attr.st_ino, 1);
+
+  // A conflict that never ends still ends in EAGAIN, after 12 attempts, the name unmoved.
+  store.refused = 0;
+  store.refusals = 100;
+  st = ns.Rename(kRootId, "b.tmp", kRootId, "b", 0);
+  EXPECT_EQ(st.err(), EAGAIN) << st.ToString();
+  EXPECT_EQ(store.refused, 12);
+  EXPECT_EQ(ns.Lookup(kRootId, "b").status().err(), ENOENT);
+  auto b = ns.Lookup(kRootId, "b.tmp");
+  EXPECT_TRUE(b.ok());
+  if (b.ok()) ns.Forget(b->attr.st_ino, 1);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
