@@ -417,14 +417,14 @@ void NamespaceLog::CommitOne(Pending& p) {
     }
     ResetWork work;
     work.Add(batch);
-    ResetTo(work, seen);
+    if (!ResetTo(work, seen)) return Finish(p, ResetUnanswered(), 0);
     if (taken_for_good && batch.exclusive && !records_moved)
       return Finish(p, Status::Error(EEXIST, "the name was taken on another node"), 0);
     return Finish(p, Status::Conflict("another node changed the namespace meanwhile"), 0);
   }
   ResetWork work;
   work.Add(batch);
-  ResetTo(work, 0);
+  if (!ResetTo(work, 0)) return Finish(p, ResetUnanswered(), 0);
   Finish(p, Status::Conflict("the names kept being taken by other nodes"), 0);
 }
 

@@ -169,8 +169,14 @@ class NamespaceLog {
     bool Touches(const MetaBatch& batch) const;
   };
   // After a refused batch: wait for the watch to catch up, then reset the batch's objects and
-  // the holders of its names to what etcd holds.
-  void ResetTo(const ResetWork& work, int64_t seen_revision);
+  // the holders of its names to what etcd holds. False: etcd did not answer every read; what
+  // it did not answer is uncertain again, and the watch thread is woken to reset it once etcd
+  // answers (left for the next refusal, it waited for good: the node kept a refused rename).
+  bool ResetTo(const ResetWork& work, int64_t seen_revision);
+  // The answer to a change refused as a conflict whose reset could not read etcd: not a
+  // conflict (the fs would build the change again on the tree the reset did not fix), the
+  // refusal of an unreachable etcd.
+  static Status ResetUnanswered();
   // A refusal nothing else explains: a name the batch moves off one of its objects whose key
   // is missing while the object's record names it (a record committed without its name key,
   // as a publish built on a refused creation once did). Such names are taken as free in the

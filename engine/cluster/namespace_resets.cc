@@ -44,9 +44,15 @@ Status NamespaceLog::ResetIfUncertain(const MetaBatch& batch) {
     std::swap(work, uncertain_);
   }
   work.Add(batch);
-  ResetTo(work, 0);
+  if (!ResetTo(work, 0)) return ResetUnanswered();
   return Status::Conflict(
       "an earlier change of these files was refused: reset to etcd's state first");
+}
+
+Status NamespaceLog::ResetUnanswered() {
+  return Status::Error(EROFS,
+                       "etcd did not answer the reset of a refused change: namespace changes are "
+                       "refused until it does");
 }
 
 void NamespaceLog::NoteRefused(const MetaBatch& batch) {
@@ -99,7 +105,7 @@ std::vector<std::optional<etcd::RangeResponse>> ReadKeys(etcd::Client* etcd,
 
 }  // namespace
 
-void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
+bool NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
   if (seen_revision > 0) WaitApplied(seen_revision, std::chrono::seconds(2));
   std::vector<std::pair<ObjectId, uint64_t>> ids(work.objects.begin(), work.objects.end());
   // The holders of the names come after: a name the batch's objects give back in the reset is
@@ -108,12 +114,14 @@ void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
   for (const auto& [key, seq] : work.names) keys.push_back(keys_->Name(key.first, key.second));
   std::vector<std::optional<etcd::RangeResponse>> held = ReadKeys(etcd_, keys);
   std::map<ObjectId, uint64_t> holders;
+  bool complete = true;
   size_t i = 0;
   for (const auto& [key, seq] : work.names) {
     const std::optional<etcd::RangeResponse>& got = held[i++];
     if (!got) {
       std::lock_guard lock(mu_);
       uncertain_.AddName(key.first, key.second, seq);
+      complete = false;
     } else if (!got->kvs.empty()) {
       auto id = ParseHex16(got->kvs[0].value);
       if (id && !work.objects.count(*id)) holders[*id] = std::max(holders[*id], seq);
@@ -129,6 +137,7 @@ void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
     if (!got) {
       std::lock_guard lock(mu_);
       uncertain_.AddObject(id, seq);
+      complete = false;
       continue;
     }
     std::unique_ptr<ObjectRecord> rec;
@@ -143,6 +152,8 @@ void NamespaceLog::ResetTo(const ResetWork& work, int64_t seen_revision) {
     }
     if (hooks_.reset) hooks_.reset(id, rec.get(), {static_cast<uint64_t>(got->revision), seq});
   }
+  if (!complete) RestartWatch();
+  return complete;
 }
 
 }  // namespace kvfs::cluster

@@ -44,6 +44,10 @@ class SlowResetClient : public kvfs::testing::ForwardingEtcdClient {
     if (reads_only) {
       read_txns.fetch_add(1);
       MaybeSlow();
+      if (failed_reads.load() > 0) {
+        failed_reads.fetch_sub(1);
+        return Status::Error(ETIMEDOUT, "etcd stalled (test)");
+      }
     }
     return inner_->Txn(req);
   }
@@ -51,6 +55,7 @@ class SlowResetClient : public kvfs::testing::ForwardingEtcdClient {
   std::atomic<int> slow_reads{0};
   std::atomic<int> ranges{0};
   std::atomic<int> read_txns{0};
+  std::atomic<int> failed_reads{0};  // read-only transactions still to fail
 
  private:
   void MaybeSlow() {
@@ -265,6 +270,30 @@ TEST_F(NamespaceLogTest, APileOfRefusedChangesIsReadBackInFewTransactions) {
   for (const ResetCall& r : Resets()) present[r.id] = r.present;
   ASSERT_EQ(present.size(), static_cast<size_t>(kFiles));
   for (int i = 0; i < kFiles; ++i) EXPECT_EQ(present[id_of(i)], i % 3 == 0) << "file " << i;
+}
+
+TEST_F(NamespaceLogTest, ARefusalWhoseResetEtcdDidNotAnswerIsResetByTheWatchThread) {
+  // A rename refused as a conflict, and etcd stalled before the reset could read the file's
+  // record: the fs got a conflict and built the rename again on its tree, which still showed
+  // the refused rename (the source name was gone: ENOENT); the object waited for a reset that
+  // nothing ran until the next refusal, and a later commit of another node took the name off
+  // it: the node lost the file for good (the stress run, seed 200). The refusal answers EROFS
+  // now, and the watch thread resets the object once etcd answers.
+  StartLog(true);
+  const ObjectId y = (uint64_t{1} << 48) | 6;
+  ObjectRecord rec = PutRecordAlone(y, "c");
+  rec.name = "d";           // what the fs shows: a rename etcd refused
+  slow_->failed_reads = 2;  // the names read, then the records read
+  Status st = Rename(rec, "e", 4);
+  EXPECT_FALSE(st.IsConflict()) << st.ToString();
+  EXPECT_EQ(st.err(), EROFS) << st.ToString();
+  bool reset = false;
+  for (int i = 0; i < 500 && !reset; ++i) {
+    for (const ResetCall& r : Resets()) reset = reset || (r.id == y && r.present);
+    if (!reset) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(reset) << "the object of the refused rename was never reset";
+  EXPECT_EQ(slow_->failed_reads.load(), 0);
 }
 
 TEST_F(NamespaceLogTest, ARecordWithoutItsNameKeyIsRenamedNotRefusedForGood) {
