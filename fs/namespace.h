@@ -362,8 +362,9 @@ class Namespace {
   static constexpr int kConflictAttempts = 12;
   // mu_ held: the batch's place in the order of changes; its objects remember it (seq).
   uint64_t TakeTicket(MetaBatch& batch);
-  // The seq of the newest change of `id` made here that may still be refused (mu_ held).
-  uint64_t LastChange(ObjectId id) const;
+  // The shared store refused the batch: where it is its objects' newest change, that change
+  // gets a reset of its own and overtakes no other (mu_ held).
+  void NoteRefusedLocked(const MetaBatch& batch);
   // Whether a shared store's reset was overtaken by `x`'s newer state (see RestoreStoreRecord).
   bool Overtakes(const Inode* x, ResetOrigin origin) const;
   // namespace_in_flight.cc. The batch of ticket seq was answered: its objects are no longer on
@@ -399,9 +400,13 @@ class Namespace {
   std::mutex mu_;
   InodeTable inodes_;
   uint64_t next_ticket_ = 0;
-  // Objects by the seq of their newest change made here (shared stores only; the newest
-  // entries are kept, see TakeTicket).
-  std::unordered_map<ObjectId, uint64_t> last_change_;
+  // Objects by the seq of their newest change made here, and whether the store refused it
+  // (shared stores only; the newest entries are kept, see TakeTicket).
+  struct LastChangeOf {
+    uint64_t seq = 0;
+    bool refused = false;
+  };
+  std::unordered_map<ObjectId, LastChangeOf> last_change_;
   // Batches given to a shared store and not answered yet (seq -> their objects), and those
   // objects with the number of such batches each is in.
   struct InFlightBatch {

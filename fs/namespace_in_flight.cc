@@ -23,12 +23,12 @@ uint64_t Namespace::TakeTicket(MetaBatch& batch) {
   if (!shared_) return ticket;
   InFlightBatch& flight = in_flight_[batch.seq];
   for (const ObjectRecord& put : batch.puts) {
-    last_change_[put.id] = batch.seq;
+    last_change_[put.id] = {batch.seq, false};
     flight.puts.push_back(put.id);
     ++in_flight_ids_[put.id];
   }
   for (ObjectId id : batch.removes) {
-    last_change_[id] = batch.seq;
+    last_change_[id] = {batch.seq, false};
     flight.removes.push_back(id);
     ++in_flight_ids_[id];
   }
@@ -37,13 +37,17 @@ uint64_t Namespace::TakeTicket(MetaBatch& batch) {
   // newest 64Ki changes are kept, whatever their age.
   constexpr uint64_t kKeep = 1u << 16;
   if (last_change_.size() > 2 * kKeep)
-    std::erase_if(last_change_, [&](const auto& kv) { return kv.second + kKeep <= batch.seq; });
+    std::erase_if(last_change_, [&](const auto& kv) { return kv.second.seq + kKeep <= batch.seq; });
   return ticket;
 }
 
-uint64_t Namespace::LastChange(ObjectId id) const {
-  auto it = last_change_.find(id);
-  return it == last_change_.end() ? 0 : it->second;
+void Namespace::NoteRefusedLocked(const MetaBatch& batch) {
+  auto refused = [&](ObjectId id) {
+    auto it = last_change_.find(id);
+    if (it != last_change_.end() && it->second.seq == batch.seq) it->second.refused = true;
+  };
+  for (const ObjectRecord& put : batch.puts) refused(put.id);
+  for (ObjectId id : batch.removes) refused(id);
 }
 
 void Namespace::NoteCommitted(uint64_t seq, uint64_t revision) {
@@ -59,8 +63,16 @@ void Namespace::NoteCommitted(uint64_t seq, uint64_t revision) {
 bool Namespace::Overtakes(const Inode* x, ResetOrigin origin) const {
   if (!x) return false;
   // A change of x made after the refused one: when it commits, x is what this node shows; when
-  // it is refused too, its own reset comes.
-  if (origin.seq != 0 && LastChange(x->rec.id) > origin.seq) return true;
+  // it is refused too, its own reset comes. One refused already overtakes nothing (unless an
+  // earlier change of x is still on its way): both resets are of etcd's state, often in one
+  // pass; giving way to it left a name off the file etcd gives it, for good (the stress run,
+  // seed 308: the holder's reset to "gone" came second and freed the name for no one).
+  if (origin.seq != 0) {
+    auto it = last_change_.find(x->rec.id);
+    if (it != last_change_.end() && it->second.seq > origin.seq &&
+        (!it->second.refused || InFlightLocked(x->rec.id)))
+      return true;
+  }
   // x reached this node in a commit after the store read the state it resets to.
   return origin.as_of != 0 && x->rec.revision > origin.as_of;
 }
