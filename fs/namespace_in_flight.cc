@@ -6,8 +6,9 @@
 //     the watch delivers the commits before it;
 //   - another node's record that would take a name held by an object whose change is still on
 //     its way waits for that change's answer (deferred claims), then applies in revision order;
-//   - a reset gives way to a later change of the same object (MetaBatch::seq) and to a holder
-//     committed after the read (Overtakes, used by RestoreStoreRecord).
+//   - a reset gives way to a later change of the same object or of a name's holder
+//     (MetaBatch::seq) that may still commit, and to a holder committed after the read
+//     (Overtakes, used by RestoreStoreRecord).
 #include <algorithm>
 #include <chrono>
 #include <random>
