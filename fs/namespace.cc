@@ -271,13 +271,7 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     // A shared store's refusals (a name taken elsewhere, a conflict, etcd unreachable) are
     // answers, not failures of this node; the store logged what it needs to.
     if (!shared_) spdlog::error("namespace: journal apply failed: {}", done.status().ToString());
-    if (shared_) {
-      {
-        std::lock_guard lock(mu_);
-        NoteRefusedLocked(batch);
-      }
-      EndInFlight(batch.seq);
-    }
+    if (shared_) EndInFlight(batch.seq, /*refused=*/true);
     return done.status();
   }
   if (done->revision != 0 || !done->layouts.empty()) {

@@ -362,14 +362,13 @@ class Namespace {
   static constexpr int kConflictAttempts = 12;
   // mu_ held: the batch's place in the order of changes; its objects remember it (seq).
   uint64_t TakeTicket(MetaBatch& batch);
-  // The shared store refused the batch: where it is its objects' newest change, that change
-  // gets a reset of its own and overtakes no other (mu_ held).
-  void NoteRefusedLocked(const MetaBatch& batch);
   // Whether a shared store's reset was overtaken by `x`'s newer state (see RestoreStoreRecord).
   bool Overtakes(const Inode* x, ResetOrigin origin) const;
   // namespace_in_flight.cc. The batch of ticket seq was answered: its objects are no longer on
-  // their way, and the records that waited for their names are applied.
-  void EndInFlight(uint64_t seq);
+  // their way, and the records that waited for their names are applied. `refused`: where the
+  // batch is its objects' newest change, that change gets a reset of its own and overtakes no
+  // other (Overtakes).
+  void EndInFlight(uint64_t seq, bool refused = false);
   // Waits (at most 2 s) until every batch given to the store so far has been answered.
   void AwaitEarlierChanges();
   bool InFlightLocked(ObjectId id) const;

@@ -42,15 +42,6 @@ uint64_t Namespace::TakeTicket(MetaBatch& batch) {
   return ticket;
 }
 
-void Namespace::NoteRefusedLocked(const MetaBatch& batch) {
-  auto refused = [&](ObjectId id) {
-    auto it = last_change_.find(id);
-    if (it != last_change_.end() && it->second.seq == batch.seq) it->second.refused = true;
-  };
-  for (const ObjectRecord& put : batch.puts) refused(put.id);
-  for (ObjectId id : batch.removes) refused(id);
-}
-
 void Namespace::NoteCommitted(uint64_t seq, uint64_t revision) {
   std::lock_guard lock(mu_);
   auto it = in_flight_.find(seq);
@@ -80,7 +71,7 @@ bool Namespace::Overtakes(const Inode* x, ResetOrigin origin) const {
 
 bool Namespace::InFlightLocked(ObjectId id) const { return in_flight_ids_.count(id) > 0; }
 
-void Namespace::EndInFlight(uint64_t seq) {
+void Namespace::EndInFlight(uint64_t seq, bool refused) {
   Stale stale;
   {
     std::lock_guard lock(mu_);
@@ -89,6 +80,9 @@ void Namespace::EndInFlight(uint64_t seq) {
     auto done = [&](ObjectId id) {
       auto n = in_flight_ids_.find(id);
       if (n != in_flight_ids_.end() && --n->second == 0) in_flight_ids_.erase(n);
+      auto last = last_change_.find(id);
+      if (refused && last != last_change_.end() && last->second.seq == seq)
+        last->second.refused = true;
     };
     for (ObjectId id : it->second.puts) done(id);
     for (ObjectId id : it->second.removes) done(id);

@@ -87,12 +87,8 @@ std::vector<std::optional<etcd::RangeResponse>> ReadKeys(etcd::Client* etcd,
   for (size_t first = 0; first < keys.size(); first += kReadsPerTxn) {
     const size_t last = std::min(keys.size(), first + kReadsPerTxn);
     etcd::TxnRequest txn;
-    for (size_t i = first; i < last; ++i) {
-      etcd::TxnOp op;
-      op.kind = etcd::TxnOp::Kind::kRange;
-      op.key = keys[i];
-      txn.success.push_back(std::move(op));
-    }
+    for (size_t i = first; i < last; ++i)
+      txn.success.push_back({etcd::TxnOp::Kind::kRange, keys[i], "", "", 0, 0});
     auto r = etcd->Txn(txn);
     if (!r.ok() || !r->succeeded || r->ranges.size() != last - first) continue;
     for (size_t i = first; i < last; ++i) {
