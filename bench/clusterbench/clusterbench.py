@@ -70,15 +70,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+ONE_DIR = False  # --one-dir: every thread publishes into one directory, as a connector does
+
+
 def publish_many(root: str, prefix: str, count: int, threads: int) -> float:
     """Publishes count files under root/prefix.../ from `threads` threads; returns files/s."""
     per = count // threads
 
     def work(t):
-        d = os.path.join(root, f"{prefix}{t}")
+        d = os.path.join(root, prefix if ONE_DIR else f"{prefix}{t}")
         os.makedirs(d, exist_ok=True)
         for i in range(per):
-            write_file_atomic(os.path.join(d, f"f{i}"), PAYLOAD, tmp_suffix=".tmp")
+            write_file_atomic(os.path.join(d, f"f{t}-{i}"), PAYLOAD, tmp_suffix=".tmp")
     ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     t0 = time.monotonic()
     for t in ts:
@@ -277,6 +280,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--files", type=int, default=2000, help="files per publish-rate run")
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--one-dir", action="store_true",
+                    help="all threads publish into one directory (default: one per thread)")
     ap.add_argument("--samples", type=int, default=200, help="visibility samples")
     ap.add_argument("--names", type=int, default=1000, help="names per meta-bytes run")
     ap.add_argument("--big-names", type=int, default=20000)
@@ -288,6 +293,8 @@ def main() -> int:
                     help="run only the --seed-names measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    global ONE_DIR
+    ONE_DIR = args.one_dir
     if args.seed_names < 0:
         ap.error("--seed-names must be >= 0")
 

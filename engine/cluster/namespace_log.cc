@@ -24,6 +24,13 @@ Compare ModIs(const std::string& key, int64_t rev) {
 
 size_t OpCount(const etcd::TxnRequest& t) { return std::max(t.compare.size(), t.success.size()); }
 
+// Two batches of one group checking the same thing (that their directory still exists) send
+// that compare once.
+std::string CompareIdentity(const etcd::Compare& c) {
+  return c.key + '\0' + c.range_end + '\0' + std::to_string(static_cast<int>(c.target)) + '\0' +
+         std::to_string(static_cast<int>(c.op)) + '\0' + std::to_string(c.number) + '\0' + c.value;
+}
+
 }  // namespace
 
 NamespaceLog::NamespaceLog(etcd::Client* etcd, const NamespaceKeys* keys,
@@ -127,7 +134,7 @@ void NamespaceLog::CommitLoop() {
     group[0]->batch = std::move(*first);
     // Batches queued behind it that are ready join it while their keys do not overlap.
     etcd::TxnRequest probe;
-    std::set<std::string> keys;
+    TxnKeys keys;
     if (Status st = BuildTxn(group[0]->batch, &probe, &keys); !st.ok()) {
       Finish(*group[0], st, 0);
       continue;
@@ -144,12 +151,10 @@ void NamespaceLog::CommitLoop() {
       Result<MetaBatch> b = next->future.get();
       if (!b.ok()) break;  // the committer reaches it alone and reports the error
       etcd::TxnRequest t;
-      std::set<std::string> k;
+      TxnKeys k;
       if (!BuildTxn(*b, &t, &k).ok() || ops + OpCount(t) > options_.max_ops) break;
-      bool overlap = false;
-      for (const auto& key : k) overlap = overlap || keys.count(key);
-      if (overlap) break;
-      keys.insert(k.begin(), k.end());
+      if (keys.Overlaps(k)) break;
+      keys.Add(k);
       ops += OpCount(t);
       {
         std::lock_guard lock(mu_);
@@ -162,12 +167,24 @@ void NamespaceLog::CommitLoop() {
   }
 }
 
-Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn,
-                              std::set<std::string>* keys) {
+bool NamespaceLog::TxnKeys::Overlaps(const TxnKeys& other) const {
+  auto meets = [](const std::set<std::string>& a, const std::set<std::string>& b) {
+    return std::any_of(a.begin(), a.end(), [&](const std::string& k) { return b.count(k) > 0; });
+  };
+  return meets(writes, other.writes) || meets(writes, other.reads) || meets(reads, other.writes);
+}
+
+void NamespaceLog::TxnKeys::Add(const TxnKeys& other) {
+  writes.insert(other.writes.begin(), other.writes.end());
+  reads.insert(other.reads.begin(), other.reads.end());
+}
+
+Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, TxnKeys* keys) {
   std::set<ObjectId> ids;
   for (const auto& p : batch.puts) ids.insert(p.id);
   for (ObjectId id : batch.removes) ids.insert(id);
-  auto use = [&](const std::string& k) { keys->insert(k); };
+  auto use = [&](const std::string& k) { keys->writes.insert(k); };
+  auto read = [&](const std::string& k) { keys->reads.insert(k); };
   for (const ObjectRecord& rec : batch.puts) {
     if (rec.layout && rec.type == ObjectType::kFile && !AsClusterLayout(rec.layout))
       return Status::Invalid("a record put without a chunk reference");
@@ -190,7 +207,7 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn,
     txn->success.push_back({TxnOp::Kind::kDelete, key, "", "", 0, 0});
     txn->failure.push_back({TxnOp::Kind::kRange, key, "", "", 0, 0});
     use(key);
-    use(names);
+    read(names);
   }
   // Names: the last change of each key wins; a name believed free must be free; a directory
   // receiving a name must still exist.
@@ -220,7 +237,7 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn,
   for (uint64_t parent : parents) {
     const std::string key = keys_->Record(parent);
     txn->compare.push_back({key, "", Compare::Target::kVersion, Compare::Op::kGreater, 0, ""});
-    use(key);
+    read(key);
   }
   for (const auto& [key, holder] : final_holder) {
     if (holder != kInvalidId) {
@@ -295,11 +312,13 @@ void NamespaceLog::CommitGroup(std::vector<std::shared_ptr<Pending>>& group) {
     return;
   }
   etcd::TxnRequest txn;
-  std::set<std::string> keys;
+  TxnKeys keys;
+  std::set<std::string> compares;
   for (auto& p : group) {
     etcd::TxnRequest one;
     (void)BuildTxn(p->batch, &one, &keys);  // built once already: cannot fail now
-    txn.compare.insert(txn.compare.end(), one.compare.begin(), one.compare.end());
+    for (etcd::Compare& c : one.compare)
+      if (compares.insert(CompareIdentity(c)).second) txn.compare.push_back(std::move(c));
     txn.success.insert(txn.success.end(), one.success.begin(), one.success.end());
   }
   std::vector<const MetaBatch*> batches;
@@ -327,7 +346,7 @@ void NamespaceLog::CommitOne(Pending& p) {
   MetaBatch& batch = p.batch;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     etcd::TxnRequest txn;
-    std::set<std::string> keys;
+    TxnKeys keys;
     if (Status st = BuildTxn(batch, &txn, &keys); !st.ok()) return Finish(p, st, 0);
     Result<etcd::TxnResponse> r = SendTxn(txn, {&batch});
     if (!r.ok()) {

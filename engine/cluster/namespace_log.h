@@ -137,13 +137,23 @@ class NamespaceLog {
     int64_t revision = 0;
   };
 
+  // The keys a batch's transaction writes and those it only compares. Batches share a
+  // transaction when neither writes a key the other uses: compares only read the state before
+  // the transaction, so two creates in one directory (each checking that the directory still
+  // exists) share one, while a change reading what another writes must see it done first.
+  struct TxnKeys {
+    std::set<std::string> writes, reads;
+    bool Overlaps(const TxnKeys& other) const;
+    void Add(const TxnKeys& other);
+  };
+
   void CommitLoop();
-  // Commits `group` (consecutive batches with disjoint keys) in one transaction; on a refusal
-  // falls back to committing them one by one.
+  // Commits `group` (consecutive batches, no key written by one used by another) in one
+  // transaction; on a refusal falls back to committing them one by one.
   void CommitGroup(std::vector<std::shared_ptr<Pending>>& group);
   // One batch alone, with the displacement retries and the conflict handling.
   void CommitOne(Pending& p);
-  Status BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, std::set<std::string>* keys);
+  Status BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, TxnKeys* keys);
   // The revision a batch's object is really based on: `rev`, moved forward along this node's
   // own commits of it that the fs had not heard of when it built the batch.
   uint64_t Rebase(ObjectId id, uint64_t rev) const;
