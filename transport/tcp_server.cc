@@ -160,8 +160,9 @@ void TcpPeerServer::PollLoop() {
       } else if (in == Inbox::kClose) {
         connections_.fetch_sub(1);
       } else if (!c->handshake->authenticated() && now > c->auth_deadline) {
-        spdlog::warn("peer {}: no authentication within {} ms, closing", c->peer,
-                     options_.auth_timeout.count());
+        if (std::string note; stranger_log_.Allow(&note))
+          spdlog::warn("peer {}: no authentication within {} ms, closing{}", c->peer,
+                       options_.auth_timeout.count(), note);
         connections_.fetch_sub(1);
       } else {
         still_idle.push_back(std::move(c));
@@ -176,7 +177,9 @@ void TcpPeerServer::PollLoop() {
         c->fd = Fd(fd);
         c->peer = PeerName(fd);
         if (connections_.load() >= options_.max_connections) {
-          spdlog::warn("peer {}: refused, {} connections open", c->peer, connections_.load());
+          if (std::string note; stranger_log_.Allow(&note))
+            spdlog::warn("peer {}: refused, {} connections open{}", c->peer, connections_.load(),
+                         note);
           continue;
         }
         TuneSocket(fd, options_.socket_buffer_bytes);
@@ -234,8 +237,9 @@ TcpPeerServer::Inbox TcpPeerServer::FillInbox(Conn& conn) {
       wire::FrameHeader h;
       Status st = wire::DecodeHeader(wire::AsBytes(conn.inbox), kHandshakeCap, &h);
       if (!st.ok()) {
-        spdlog::warn("peer {}: bad frame before authentication, closing: {}", conn.peer,
-                     st.ToString());
+        if (std::string note; stranger_log_.Allow(&note))
+          spdlog::warn("peer {}: bad frame before authentication, closing: {}{}", conn.peer,
+                       st.ToString(), note);
         return Inbox::kClose;
       }
       want = wire::kHeaderSize + h.payload_len - conn.inbox.size();
@@ -288,7 +292,9 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     if (st.err() == ENODATA) {
       spdlog::debug("peer {}: closed", conn.peer);
     } else {
-      spdlog::warn("peer {}: bad or incomplete frame, closing: {}", conn.peer, st.ToString());
+      if (std::string note; authed || stranger_log_.Allow(&note))
+        spdlog::warn("peer {}: bad or incomplete frame, closing: {}{}", conn.peer, st.ToString(),
+                     note);
       if (st.err() == EPROTO || st.err() == EMSGSIZE || st.err() == EACCES) {
         SendError(conn, frame.header.request_id, st);
       }
@@ -296,7 +302,8 @@ bool TcpPeerServer::ServeOne(Conn& conn, Scratch& scratch) {
     return false;
   }
   if (frame.header.flags & wire::kFlagResponse) {
-    spdlog::warn("peer {}: sent a response frame as a request, closing", conn.peer);
+    if (std::string note; authed || stranger_log_.Allow(&note))
+      spdlog::warn("peer {}: sent a response frame as a request, closing{}", conn.peer, note);
     SendError(conn, frame.header.request_id, Status::Error(EPROTO, "unexpected response frame"));
     return false;
   }
@@ -352,7 +359,8 @@ bool TcpPeerServer::Handshake(Conn& conn, const ReceivedFrame& frame) {
         EACCES, std::string(wire::MsgTypeName(frame.header.type)) + " before authentication");
   }
   if (!st.ok()) {
-    spdlog::warn("peer {}: handshake refused, closing: {}", conn.peer, st.ToString());
+    if (std::string note; stranger_log_.Allow(&note))
+      spdlog::warn("peer {}: handshake refused, closing: {}{}", conn.peer, st.ToString(), note);
     SendError(conn, frame.header.request_id, st);
     return false;
   }

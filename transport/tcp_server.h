@@ -17,6 +17,7 @@
 
 #include "auth.h"
 #include "kvfs/transport.h"
+#include "log_limiter.h"
 #include "remote_read_exporter.h"
 #include "tcp_frame_io.h"
 
@@ -94,6 +95,8 @@ class TcpPeerServer : public PeerServer {
   std::set<Conn*> busy_;                         // being served (shut down on Stop)
   std::vector<std::unique_ptr<Conn>> idle_;      // owned by the poller thread
   std::atomic<size_t> connections_{0};
+  // Warnings about connections not authenticated yet: anyone can cause them.
+  LogLimiter stranger_log_{10, std::chrono::seconds(10)};
 
   std::thread poller_;
   std::vector<std::thread> workers_;

@@ -1,10 +1,13 @@
 // TCP client and server on 127.0.0.1 (ephemeral ports) with an in-memory handler.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "auth.h"
@@ -363,6 +366,31 @@ TEST_F(TcpTransportTest, GarbageClosesConnection) {
   EXPECT_TRUE(ClosedByServer(fd.get()));
   // The server is fine afterwards.
   EXPECT_TRUE(Client()->Ping().ok());
+}
+
+TEST_F(TcpTransportTest, AFloodOfGarbageConnectionsLogsAFewLines) {
+  // Anyone who can reach the port could write one warning per bad connection into the
+  // operator's log, as fast as they connect (300 connections: 224 lines, 2026-11-27).
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  StartServer();
+  for (int i = 0; i < 100; ++i) {
+    Fd fd = RawConnect();
+    std::string junk(64, static_cast<char>('a' + i % 26));
+    ASSERT_EQ(::send(fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL), 64);
+    EXPECT_TRUE(ClosedByServer(fd.get()));
+  }
+  EXPECT_TRUE(Client()->Ping().ok());
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  size_t lines = 0;
+  for (size_t at = log.find("before authentication"); at != std::string::npos;
+       at = log.find("before authentication", at + 1))
+    ++lines;
+  EXPECT_GE(lines, 1u) << "the first ones still say who and what";
+  EXPECT_LE(lines, 10u) << log;
 }
 
 TEST_F(TcpTransportTest, HalfFramesBeforeAuthHoldNoWorker) {
