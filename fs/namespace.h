@@ -391,6 +391,8 @@ class Namespace {
   bool KnownToKernelLocked(uint64_t ino) const;
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
   void RemoteRemoveLocked(ObjectId id, Stale& stale);
+  // mu_ held: applies the other nodes' records that waited for a name an answered change held.
+  void ApplyDeferredClaimsLocked(Stale& stale);
   bool ClaimNameLocked(Inode* dir, const std::string& name, const ObjectRecord& rec, Stale& stale);
 
   ChunkStore* store_;
@@ -413,6 +415,15 @@ class Namespace {
   };
   std::unordered_map<uint64_t, InFlightBatch> in_flight_;
   std::unordered_map<ObjectId, uint32_t> in_flight_ids_;
+  // Resets that gave way to a name holder's change still on its way, by that holder: when the
+  // change is refused they run again (its own reset does not give the name back), when it
+  // commits they are dropped (it is newer than them).
+  struct ResetBehind {
+    ObjectId id = 0;
+    std::optional<ObjectRecord> record;
+    ResetOrigin origin;
+  };
+  std::unordered_map<ObjectId, std::vector<ResetBehind>> resets_behind_;
   std::condition_variable in_flight_cv_;  // with mu_: a batch left in_flight_
   // Other nodes' records that would have taken a name held by an object of an in-flight batch
   // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of

@@ -8,7 +8,8 @@
 //     its way waits for that change's answer (deferred claims), then applies in revision order;
 //   - a reset gives way to a later change of the same object or of a name's holder
 //     (MetaBatch::seq) that may still commit, and to a holder committed after the read
-//     (Overtakes, used by RestoreStoreRecord).
+//     (Overtakes, used by RestoreStoreRecord); one that gave way to a holder's change still on
+//     its way runs again if that change is refused (EndInFlight).
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -73,6 +74,7 @@ bool Namespace::InFlightLocked(ObjectId id) const { return in_flight_ids_.count(
 
 void Namespace::EndInFlight(uint64_t seq, bool refused) {
   Stale stale;
+  std::vector<ResetBehind> again;
   {
     std::lock_guard lock(mu_);
     auto it = in_flight_.find(seq);
@@ -83,31 +85,44 @@ void Namespace::EndInFlight(uint64_t seq, bool refused) {
       auto last = last_change_.find(id);
       if (refused && last != last_change_.end() && last->second.seq == seq)
         last->second.refused = true;
+      if (InFlightLocked(id)) return;
+      if (auto behind = resets_behind_.find(id); behind != resets_behind_.end()) {
+        if (refused) again.insert(again.end(), behind->second.begin(), behind->second.end());
+        resets_behind_.erase(behind);
+      }
     };
     for (ObjectId id : it->second.puts) done(id);
     for (ObjectId id : it->second.removes) done(id);
     in_flight_.erase(it);
     in_flight_cv_.notify_all();
-    if (deferred_claims_.empty()) return;
-    // Records that waited for a name one of these objects held: the holder's revision is final
-    // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.
-    std::vector<ObjectRecord> ready;
-    for (auto d = deferred_claims_.begin(); d != deferred_claims_.end();) {
-      if (NameBlockedLocked(d->second)) {
-        ++d;
-        continue;
-      }
-      ready.push_back(std::move(d->second));
-      d = deferred_claims_.erase(d);
-    }
-    std::sort(ready.begin(), ready.end(),
-              [](const ObjectRecord& a, const ObjectRecord& b) { return a.revision < b.revision; });
-    for (const ObjectRecord& rec : ready) RemotePutLocked(rec, stale);
-    KeepKnownToKernelLocked(stale);
+    if (!deferred_claims_.empty()) ApplyDeferredClaimsLocked(stale);
   }
-  if (!sink_) return;
-  for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
-  for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
+  if (sink_) {
+    for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
+    for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
+  }
+  // The holder's change was refused: it overtakes nothing now (Overtakes), so these resets
+  // give the names back that its own reset does not.
+  for (const ResetBehind& r : again)
+    RestoreStoreRecord(r.id, r.record ? &*r.record : nullptr, r.origin);
+}
+
+void Namespace::ApplyDeferredClaimsLocked(Stale& stale) {
+  // Records that waited for a name one of these objects held: the holder's revision is final
+  // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.
+  std::vector<ObjectRecord> ready;
+  for (auto d = deferred_claims_.begin(); d != deferred_claims_.end();) {
+    if (NameBlockedLocked(d->second)) {
+      ++d;
+      continue;
+    }
+    ready.push_back(std::move(d->second));
+    d = deferred_claims_.erase(d);
+  }
+  std::sort(ready.begin(), ready.end(),
+            [](const ObjectRecord& a, const ObjectRecord& b) { return a.revision < b.revision; });
+  for (const ObjectRecord& rec : ready) RemotePutLocked(rec, stale);
+  KeepKnownToKernelLocked(stale);
 }
 
 void Namespace::AwaitEarlierChanges() {

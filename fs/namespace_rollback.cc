@@ -45,9 +45,13 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
         Inode* dir = Find(l.parent);
         Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
         if (holder != in && Overtakes(holder, origin)) {
-          spdlog::debug("namespace: reset of {:x} (change {}, as of {}) skipped: '{}' held by "
-                        "{:x}, changed since",
-                        id, origin.seq, origin.as_of, l.name, holder->rec.id);
+          const bool waits = InFlightLocked(holder->rec.id);
+          spdlog::debug(
+              "namespace: reset of {:x} (change {}, as of {}) skipped: '{}' held by "
+              "{:x}, changed since{}",
+              id, origin.seq, origin.as_of, l.name, holder->rec.id,
+              waits ? "; runs again if that change is refused" : "");
+          if (waits) resets_behind_[holder->rec.id].push_back({id, *record, origin});
           return;
         }
       }

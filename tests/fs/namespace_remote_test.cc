@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "memory_store.h"
@@ -330,7 +332,12 @@ class ConflictingSharedStore : public SharedMemoryStore {
     return kRefusedToken;
   }
   Result<Committed> AwaitCommitted(uint64_t token) override {
-    if (token != kRefusedToken) return MemoryStore::AwaitCommitted(token);
+    if (token != kRefusedToken) {
+      if (commit_hook) std::exchange(commit_hook, nullptr)();
+      return MemoryStore::AwaitCommitted(token);
+    }
+    // What the watch thread does between the refusal and its answer reaching the fs.
+    if (before_answer) std::exchange(before_answer, nullptr)();
     // etcd unreachable: refused, and reset later (by the test, as the watch thread would).
     if (unreachable) return Status::Error(EROFS, "etcd is unreachable");
     for (const ObjectRecord& put : refused_batch_.puts) {
@@ -345,6 +352,8 @@ class ConflictingSharedStore : public SharedMemoryStore {
   int refusals = 0;
   int refused = 0;
   bool unreachable = false;
+  std::function<void()> before_answer;
+  std::function<void()> commit_hook;  // runs before a committed batch's answer
 
  private:
   static constexpr uint64_t kRefusedToken = ~uint64_t{0};
@@ -414,6 +423,59 @@ TEST(NamespaceRemoteTest, AResetDoesNotGiveWayToAChangeRefusedToo) {
   ns.Forget(kX, 1);
   EXPECT_EQ(ns.Lookup(kRootId, "f6").status().err(), ENOENT);
   EXPECT_EQ(ns.Lookup(kRootId, "f5").status().err(), ENOENT);
+}
+
+// The same two renames, but X's reset runs on the watch thread while P's refusal is on its way
+// to the fs: P's change may still commit for all this node knows, so X's reset gives way to it.
+// Once P's answer says refused, X's reset runs again: X is back at f4, where etcd has it.
+TEST(NamespaceRemoteTest, AResetThatGaveWayToAChangeThenRefusedRunsAgain) {
+  ConflictingSharedStore store;
+  Namespace ns(&store, nullptr);
+  store.ns = &ns;
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
+  const ObjectRecord x_at_f4 = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
+  const ObjectRecord p_at_f5 = RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11);
+  ns.ApplyRemoteChanges({x_at_f4}, {});
+  ns.ApplyRemoteChanges({p_at_f5}, {});
+  store.unreachable = true;
+  store.refusals = 2;
+  EXPECT_EQ(ns.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
+  store.before_answer = [&] { ns.RestoreStoreRecord(kX, &x_at_f4, {/*as_of=*/20, /*seq=*/1}); };
+  EXPECT_EQ(ns.Rename(kRootId, "f5", kRootId, "f4", 0).err(), EROFS);  // seq 2
+  EXPECT_EQ(store.refused, 2);
+  ns.RestoreStoreRecord(kP, &p_at_f5, {/*as_of=*/21, /*seq=*/2});
+  auto f4 = ns.Lookup(kRootId, "f4");
+  ASSERT_TRUE(f4.ok()) << "f4 left empty: " << f4.status().ToString();
+  EXPECT_EQ(f4->attr.st_ino, kX);
+  ns.Forget(kX, 1);
+  auto f5 = ns.Lookup(kRootId, "f5");
+  ASSERT_TRUE(f5.ok()) << f5.status().ToString();
+  EXPECT_EQ(f5->attr.st_ino, kP);
+  ns.Forget(kP, 1);
+  EXPECT_EQ(ns.Lookup(kRootId, "f6").status().err(), ENOENT);
+}
+
+// A reset that gave way to a change that then commits stays skipped: that change is newer.
+TEST(NamespaceRemoteTest, AResetThatGaveWayToAChangeThenCommittedStaysSkipped) {
+  ConflictingSharedStore store;
+  Namespace ns(&store, nullptr);
+  store.ns = &ns;
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
+  const ObjectRecord x_at_f4 = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
+  ns.ApplyRemoteChanges({x_at_f4}, {});
+  ns.ApplyRemoteChanges({RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11)}, {});
+  store.unreachable = true;
+  store.refusals = 1;
+  EXPECT_EQ(ns.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
+  // P's rename commits; X's reset ran while it was on its way (the store's hook of a commit).
+  store.commit_hook = [&] { ns.RestoreStoreRecord(kX, &x_at_f4, {/*as_of=*/20, /*seq=*/1}); };
+  EXPECT_TRUE(ns.Rename(kRootId, "f5", kRootId, "f4", 0).ok());
+  auto f4 = ns.Lookup(kRootId, "f4");
+  ASSERT_TRUE(f4.ok()) << f4.status().ToString();
+  EXPECT_EQ(f4->attr.st_ino, kP);
+  ns.Forget(kP, 1);
 }
 
 }  // namespace
