@@ -8,7 +8,8 @@ for the run (tests/pylib/kvfs_cluster.py), R=1; every object is published on nod
 to have node 1 as its only holder. Before each timed pass the page cache is dropped
 (/proc/sys/vm/drop_caches, root only: pass --no-drop-caches to skip, and the kvfs column then
 measures re-reads). One reader reads each object whole (open, readinto a buffer of the object's
-size, close), as a connector loads a chunk. Node 2 has opened every object before (the
+size, close), as a connector loads a chunk; with --readers N, N threads each read their share
+of the objects that way at once (Redis gets N connections; iperf3 stays one stream). Node 2 has opened every object before (the
 byte-exact check), so its opens keep the page cache; with --first-open node 2 restarts before
 each pass and every open is its first of that version, as a connector's first load of a chunk
 another node wrote (the store then starts the fetch at open). CPU s/GiB: kvfs counts both daemons and the reader;
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,8 +107,21 @@ class Redis:
                 time.sleep(0.05)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb", buffering=1 << 20)
+        self.others: list[Redis] = []
+
+    def client(self) -> "Redis":
+        """Another connection to the same server (one per reader thread)."""
+        other = Redis.__new__(Redis)
+        other.proc, other.port, other.others = self.proc, self.port, []
+        other.sock = socket.create_connection(("127.0.0.1", self.port))
+        other.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        other.rfile = other.sock.makefile("rb", buffering=1 << 20)
+        self.others.append(other)
+        return other
 
     def stop(self) -> None:
+        for other in getattr(self, "others", []):
+            other.sock.close()
         if getattr(self, "sock", None):
             self.sock.close()
         self.proc.kill()
@@ -145,36 +160,64 @@ class Redis:
         return proc_cpu_seconds(self.proc.pid)
 
 
-def read_mount_pass(c: KvfsCluster, names: list[str], size: int, buf: bytearray) -> tuple[float,
-                                                                                          float]:
+def split(names: list[str], readers: int) -> list[list[str]]:
+    return [names[i::readers] for i in range(readers)]
+
+
+def run_readers(work, shares: list, size: int) -> float:
+    """Runs work(share, buffer) on one thread per share; returns the seconds they took."""
+    errors: list[BaseException] = []
+
+    def one(share):
+        try:
+            work(share, memoryview(bytearray(size)))
+        except BaseException as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(share,)) for share in shares]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    secs = time.monotonic() - t0
+    if errors:
+        raise errors[0]
+    return secs
+
+
+def read_mount_pass(c: KvfsCluster, names: list[str], size: int,
+                    readers: int) -> tuple[float, float]:
     """One pass over every object through node 2's mount: (bytes/s, CPU s/GiB)."""
     pids = [c.node(k).pid for k in c.nodes]
-    view = memoryview(buf)
+
+    def work(share, view):
+        for name in share:
+            with open(c.path(2, name), "rb", buffering=0) as f:
+                done = 0
+                while done < size:
+                    n = f.readinto(view[done:size])
+                    if not n:
+                        raise RuntimeError(f"{name}: short read at {done}")
+                    done += n
+
     cpu0 = sum(proc_cpu_seconds(p) for p in pids) + self_cpu_seconds()
-    t0 = time.monotonic()
-    for name in names:
-        with open(c.path(2, name), "rb", buffering=0) as f:
-            done = 0
-            while done < size:
-                n = f.readinto(view[done:size])
-                if not n:
-                    raise RuntimeError(f"{name}: short read at {done}")
-                done += n
-    secs = time.monotonic() - t0
+    secs = run_readers(work, split(names, readers), size)
     cpu = sum(proc_cpu_seconds(p) for p in pids) + self_cpu_seconds() - cpu0
     moved = size * len(names)
     return moved / secs, cpu / (moved / GiB)
 
 
-def redis_pass(r: Redis, keys: list[str], size: int, buf: bytearray) -> tuple[float, float]:
-    view = memoryview(buf)
-    cpu0 = r.cpu_seconds() + self_cpu_seconds()
-    t0 = time.monotonic()
-    for key in keys:
-        if r.get_into(key, view) != size:
-            raise RuntimeError(f"redis GET {key}: wrong size")
-    secs = time.monotonic() - t0
-    cpu = r.cpu_seconds() + self_cpu_seconds() - cpu0
+def redis_pass(clients: list[Redis], keys: list[str], size: int) -> tuple[float, float]:
+    def work(share, view):
+        client, share_keys = share
+        for key in share_keys:
+            if client.get_into(key, view) != size:
+                raise RuntimeError(f"redis GET {key}: wrong size")
+
+    cpu0 = clients[0].cpu_seconds() + self_cpu_seconds()
+    secs = run_readers(work, list(zip(clients, split(keys, len(clients)))), size)
+    cpu = clients[0].cpu_seconds() + self_cpu_seconds() - cpu0
     moved = size * len(keys)
     return moved / secs, cpu / (moved / GiB)
 
@@ -188,8 +231,13 @@ def main() -> int:
     ap.add_argument("--no-drop-caches", action="store_true")
     ap.add_argument("--first-open", action="store_true",
                     help="restart node 2 before each pass: every open is its first")
+    ap.add_argument("--readers", type=int, default=1,
+                    help="reader threads, each reading its share of the objects (Redis gets as "
+                         "many connections); iperf3 stays one stream")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args()
+    if args.readers < 1:
+        ap.error("--readers must be >= 1")
     drop = not args.no_drop_caches
     if drop and os.geteuid() != 0:
         print("mountbench: dropping the page cache needs root (or pass --no-drop-caches)",
@@ -204,9 +252,11 @@ def main() -> int:
     try:
         c.start()
         redis = Redis(work)
+        redis_clients = [redis] + [redis.client() for _ in range(args.readers - 1)]
         print("mountbench: node 2 reads whole chunks only node 1 holds, through its mount"
               f" (page cache {'dropped' if drop else 'kept'} before each pass"
-              f"{', node 2 restarted: first opens' if args.first_open else ''})")
+              f"{', node 2 restarted: first opens' if args.first_open else ''};"
+              f" {args.readers} reader{'s' if args.readers > 1 else ''})")
         print(f"{args.set_mib} MiB per size, median of {args.repeat}; load average at start:"
               f" {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         header = ("size", "kvfs", "iperf3", "ratio", "redis", "ratio", "kvfs_cpu", "redis_cpu")
@@ -228,7 +278,6 @@ def main() -> int:
                 holders = [h["id"] for h in loc["holders"]]
                 if holders != [1] or loc["local"]:
                     raise RuntimeError(f"{name} is not held by node 1 alone: {loc}")
-            buf = bytearray(size)
             for i, name in enumerate(names):  # byte-exact once, before anything is timed
                 with open(c.path(2, name), "rb") as f:
                     if f.read() != object_bytes(size, i):
@@ -243,13 +292,13 @@ def main() -> int:
                     for name in names:
                         c.wait_exists(2, name, 30.0)
                 drop_caches(drop)
-                rate, cpu = read_mount_pass(c, names, size, buf)
+                rate, cpu = read_mount_pass(c, names, size, args.readers)
                 kv.append(rate)
                 kv_cpu.append(cpu)
-                rate, cpu = redis_pass(redis, names, size, buf)
+                rate, cpu = redis_pass(redis_clients, names, size)
                 rd.append(rate)
                 rd_cpu.append(cpu)
-            row = {"size_mib": size_mib, "kvfs": statistics.median(kv) / 1e9,
+            row = {"size_mib": size_mib, "readers": args.readers, "kvfs": statistics.median(kv) / 1e9,
                    "iperf3": statistics.median(ip) / 1e9, "redis": statistics.median(rd) / 1e9,
                    "kvfs_cpu_s_per_gib": statistics.median(kv_cpu),
                    "redis_cpu_s_per_gib": statistics.median(rd_cpu)}
