@@ -231,6 +231,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::shared_ptr<std::vector<Committed::NewLayout>> replaced;
     size_t puts = 0, removes = 0;
     MetaBatch touched;  // the batch's objects (as removes) and names, to reset should it fail
+    // Set when placing the batch's chunks failed (it never reached etcd): its EROFS is this
+    // node's store turned read-only, not etcd unreachable (whose refusals are reset already).
+    std::shared_ptr<std::atomic<bool>> placement_failed;
   };
   std::unordered_map<uint64_t, PendingCommit> pending_;
 

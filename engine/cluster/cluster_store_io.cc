@@ -70,14 +70,17 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
     }
   }
   Result<uint64_t> token = Status::Ok();
+  auto placement_failed = std::make_shared<std::atomic<bool>>(false);
   if (!fresh) {
     token = log_->Submit(std::move(batch));
   } else {
     // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
     // commit; the committer takes this one in its turn, once placed.
     auto prepared = placing_
-                        ->Async([this, b = std::move(batch), replaced]() mutable {
-                          return Prepare(std::move(b), replaced);
+                        ->Async([this, b = std::move(batch), replaced, placement_failed]() mutable {
+                          Result<MetaBatch> placed = Prepare(std::move(b), replaced);
+                          if (!placed.ok()) placement_failed->store(true);
+                          return placed;
                         })
                         .share();
     token = log_->Submit(prepared);
@@ -92,8 +95,8 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   touched.removes = in.removes;
   for (const ObjectRecord& put : in.puts) touched.removes.push_back(put.id);
   std::lock_guard lock(mu_);
-  pending_[*token] =
-      PendingCommit{std::move(replaced), in.puts.size(), in.removes.size(), std::move(touched)};
+  pending_[*token] = PendingCommit{std::move(replaced), in.puts.size(), in.removes.size(),
+                                   std::move(touched), std::move(placement_failed)};
   return token;
 }
 
@@ -196,10 +199,14 @@ Result<Committed> ClusterStore::AwaitCommitted(uint64_t token) {
   Result<NamespaceLog::Done> done = log_->Await(token);
   if (!done.ok()) {
     // The fs shows the change already. A conflict or EEXIST has reset what it touched to what
-    // etcd holds, and EROFS will once etcd answers; any other failure (the placement of its
-    // chunks, a transaction etcd rejected) is reset the same way.
+    // etcd holds, and EROFS from etcd will once etcd answers; any other failure (the placement
+    // of its chunks, this node's store turned read-only, a transaction etcd rejected) is reset
+    // the same way. (Before, a placement refused by a read-only store, EROFS too, was never
+    // reset: the node showed the failed files' names, which no other node had, until restart.)
     const Status& st = done.status();
-    if (!st.IsConflict() && st.err() != EEXIST && st.err() != EROFS && st.err() != ESHUTDOWN)
+    const bool placement = pending.placement_failed && pending.placement_failed->load();
+    if (st.err() != ESHUTDOWN &&
+        (placement || (!st.IsConflict() && st.err() != EEXIST && st.err() != EROFS)))
       log_->NoteFailed(pending.touched);
     return st;
   }

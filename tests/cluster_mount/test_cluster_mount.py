@@ -10,14 +10,17 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 import unittest
+import unittest.mock
 
-from kvfs_cluster import start_cluster, wait_until
-from kvfs_testlib import chunk_bytes
+from kvfs_cluster import KvfsCluster, start_cluster, wait_until
+from kvfs_testlib import chunk_bytes, write_file_atomic
 
 REQUEST_TIMEOUT_MS = 1000
 # A read that meets dead or frozen replicas costs at most one request timeout per replica
@@ -200,6 +203,60 @@ class ClusterMount(unittest.TestCase):
         # (Failed 1 run in about 160 without a cause found: the message has what to look at.)
         self.assertEqual(got[1], got[3], {"now": got, "before": sums[1]["cb"], "stat": {
             k: os.getxattr(c.path(k, "cb"), "user.kvfs.stat").decode() for k in (1, 2, 3)}})
+
+    def test_a_node_whose_disk_fills_refuses_publishes_and_shows_only_what_etcd_has(self):
+        # Node 2's data directory fills up (another program's file beside its device file):
+        # its journal cannot grow, its store turns read-only, and its publishes fail with
+        # EROFS. Those files never reached etcd; node 2 kept showing their names (which no
+        # other node had) until a restart, because only an etcd refusal's EROFS was reset.
+        # The other nodes publish on.
+        mounted = []  # (tmpfs, cluster root) to remove once the cluster is stopped
+
+        def unmount():
+            for data, root in mounted:
+                subprocess.run(["umount", "-l", data], check=False)
+                shutil.rmtree(root, ignore_errors=True)
+        self.addCleanup(unmount)  # registered first: runs after the cluster's own cleanup
+        c = self.cluster(start_nodes=[1, 3], capacity="24M")
+        data = c.node(2).mount._data
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40M", "tmpfs", data],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a tmpfs for node 2's data (needs root, not in a chroot)")
+        mounted.append((data, c.root))
+        c.start_node(2)
+        c.wait_joined([1, 2, 3])
+        os.mkdir(c.path(1, "d"))
+        c.wait_exists(2, "d")
+        fd = os.open(os.path.join(data, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * (1 << 20))
+        except OSError as e:
+            self.assertEqual(e.errno, errno.ENOSPC)
+        finally:
+            os.close(fd)
+        outcomes = {1: [], 2: [], 3: []}
+        for i in range(30):  # the journal's last block fills after about ten of node 2's
+            for k in (1, 2, 3):
+                try:
+                    write_file_atomic(c.path(k, f"d/n{k}-{i}"), os.urandom(512 << 10),
+                                      tmp_suffix=".tmp")
+                    outcomes[k].append("ok")
+                except OSError as e:
+                    outcomes[k].append(errno.errorcode[e.errno])
+        self.assertEqual(set(outcomes[1]), {"ok"}, outcomes)
+        self.assertEqual(set(outcomes[3]), {"ok"}, outcomes)
+        self.assertIn("EROFS", outcomes[2], outcomes)
+        self.assertIn("read-only", c.log(2))
+
+        def same_names():
+            return (sorted(os.listdir(c.path(2, "d"))) == sorted(os.listdir(c.path(1, "d")))
+                    == sorted(os.listdir(c.path(3, "d"))))
+        wait_until(same_names, VISIBLE_S, what="every node shows the same names")
+        self.assertFalse([n for n in os.listdir(c.path(2, "d")) if n.endswith(".tmp")])
+        for name in os.listdir(c.path(2, "d")):  # node 2 still reads what the cluster holds
+            with open(c.path(2, "d/" + name), "rb") as f:
+                self.assertEqual(len(f.read()), 512 << 10)
 
     def test_a_full_node_evicts_to_its_watermark_and_publishes_on(self):
         # A cache is written past its capacity and must evict, never refuse: nodes 1 and 3
@@ -426,6 +483,30 @@ class ClusterMount(unittest.TestCase):
         for i in (0, 11):
             c.wait_exists(2, f"fr{i}", VISIBLE_S)  # other nodes see a publish within a second
             self.assert_content(c, 2, f"fr{i}", f"fr{i}", 200_000)
+
+    def test_the_harness_cleanup_stops_every_node_when_keeping_logs_fails(self):
+        # KVFS_TEST_KEEP_LOGS naming a directory that cannot be made used to skip every node's
+        # stop: the daemons ran on, mounted, after the test (found with 36 leftover mounts).
+        c = KvfsCluster(n=2, replicas=1)
+        try:
+            c.start()
+        except BaseException:
+            c.cleanup()
+            raise
+        pids = [c.node(k).pid for k in (1, 2)]
+        mounts = [c.path(k) for k in (1, 2)]
+        # Should the cleanup under test leave anything, this test does not: a second one.
+        self.addCleanup(lambda: c.cleanup() if any(map(os.path.ismount, mounts)) else None)
+        with unittest.mock.patch.dict(os.environ, {"KVFS_TEST_KEEP_LOGS": "/dev/null/logs"}):
+            with self.assertRaises(OSError):
+                c.cleanup()
+        for pid in pids:
+            wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
+                       open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z",
+                       10.0, what=f"daemon {pid} stopped")
+        for m in mounts:
+            self.assertFalse(os.path.ismount(m), m)
+        self.assertFalse(os.path.exists(c.root))
 
     def test_killed_node_restarts_and_rejoins(self):
         c = self.cluster(n=3, replicas=2)

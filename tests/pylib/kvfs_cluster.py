@@ -239,21 +239,33 @@ class KvfsCluster:
         self.nodes[k].mount.unmount()
 
     def cleanup(self) -> None:
-        try:
-            self._keep_logs()
-            self.etcd.resume()  # a test may have left it frozen; daemons leave through it
-            for node in self.nodes.values():
-                if node.mount is not None:
-                    node.mount.cleanup()
-        finally:
-            self.etcd.stop()
-            shutil.rmtree(self.root, ignore_errors=True)
+        """Stops every daemon and etcd (by PID), unmounts and removes the data. Each step runs
+        whatever the others did: a log that could not be kept (KVFS_TEST_KEEP_LOGS naming a
+        directory that does not exist) used to skip every node's stop, leaving the daemons
+        running and mounted. The first error is raised at the end."""
+        errors: list[BaseException] = []
+
+        def attempt(step) -> None:
+            try:
+                step()
+            except Exception as e:  # reported below, after every step ran
+                errors.append(e)
+        attempt(self._keep_logs)
+        attempt(self.etcd.resume)  # a test may have left it frozen; daemons leave through it
+        for node in self.nodes.values():
+            if node.mount is not None:
+                attempt(node.mount.cleanup)
+        attempt(self.etcd.stop)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if errors:
+            raise errors[0]
 
     def _keep_logs(self) -> None:
         """KVFS_TEST_KEEP_LOGS=dir: copy every node's log there before the data goes."""
         keep = os.environ.get("KVFS_TEST_KEEP_LOGS")
         if not keep:
             return
+        os.makedirs(keep, exist_ok=True)
         dest = tempfile.mkdtemp(prefix="cluster-", dir=keep)
         for k, node in self.nodes.items():
             if node.mount is not None and os.path.exists(node.mount.log_path):
