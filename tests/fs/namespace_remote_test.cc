@@ -395,87 +395,75 @@ TEST(NamespaceRemoteTest, AChangeRefusedAsAConflictIsTriedAgainUpToTwelveTimes) 
   if (b.ok()) ns.Forget(b->attr.st_ino, 1);
 }
 
-// Two refused renames reset in one pass of the watch thread, as etcd holds them: X renamed
-// f4 -> f6, then P renamed f5 -> f4 (into the name X left). etcd has X at f4 and P gone. X's
-// reset came first and gave way to P, the holder of f4, whose change was newer; P's reset then
-// took P away and f4 stayed empty: this node showed no f4 where every other node showed X, for
-// good (the stress run, seed 308). A refused change overtakes nothing: X is back at f4.
-TEST(NamespaceRemoteTest, AResetDoesNotGiveWayToAChangeRefusedToo) {
-  ConflictingSharedStore store;
-  Namespace ns(&store, nullptr);
-  store.ns = &ns;
-  ASSERT_TRUE(ns.Load().ok());
-  const ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
-  const ObjectRecord x_at_f4 = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
-  ns.ApplyRemoteChanges({x_at_f4}, {});
-  ns.ApplyRemoteChanges({RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11)}, {});
-  store.unreachable = true;
-  store.refusals = 2;
-  EXPECT_EQ(ns.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
-  EXPECT_EQ(ns.Rename(kRootId, "f5", kRootId, "f4", 0).err(), EROFS);  // seq 2
-  EXPECT_EQ(store.refused, 2);
+// Files X at f4 and P at f5, as another node committed them, and the renames the tests below
+// have refused: X f4 -> f6, then P f5 -> f4 (into the name X left).
+class TwoRenamesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_.ns = &ns_;
+    ASSERT_TRUE(ns_.Load().ok());
+    ns_.ApplyRemoteChanges({x_at_f4_}, {});
+    ns_.ApplyRemoteChanges({p_at_f5_}, {});
+    store_.unreachable = true;
+  }
+  // Which object f4 holds (0: none).
+  ObjectId AtF4() {
+    auto f4 = ns_.Lookup(kRootId, "f4");
+    if (!f4.ok()) return 0;
+    ns_.Forget(f4->attr.st_ino, 1);
+    return f4->attr.st_ino;
+  }
+
+  static constexpr ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
+  const ObjectRecord x_at_f4_ = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
+  const ObjectRecord p_at_f5_ = RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11);
+  ConflictingSharedStore store_;
+  Namespace ns_{&store_, nullptr};
+};
+
+// Both renames refused and reset in one pass of the watch thread, as etcd holds them: X at f4
+// and P gone. X's reset came first and gave way to P, the holder of f4, whose change was newer;
+// P's reset then took P away and f4 stayed empty: this node showed no f4 where every other node
+// showed X, for good (the stress run, seed 308). A refused change overtakes nothing.
+TEST_F(TwoRenamesTest, AResetDoesNotGiveWayToAChangeRefusedToo) {
+  store_.refusals = 2;
+  EXPECT_EQ(ns_.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
+  EXPECT_EQ(ns_.Rename(kRootId, "f5", kRootId, "f4", 0).err(), EROFS);  // seq 2
+  EXPECT_EQ(store_.refused, 2);
   // The watch thread's pass once etcd answers: objects in id order, each with its change.
-  ns.RestoreStoreRecord(kX, &x_at_f4, {/*as_of=*/20, /*seq=*/1});
-  ns.RestoreStoreRecord(kP, nullptr, {/*as_of=*/20, /*seq=*/2});
-  auto f4 = ns.Lookup(kRootId, "f4");
-  ASSERT_TRUE(f4.ok()) << f4.status().ToString();
-  EXPECT_EQ(f4->attr.st_ino, kX);
-  ns.Forget(kX, 1);
-  EXPECT_EQ(ns.Lookup(kRootId, "f6").status().err(), ENOENT);
-  EXPECT_EQ(ns.Lookup(kRootId, "f5").status().err(), ENOENT);
+  ns_.RestoreStoreRecord(kX, &x_at_f4_, {/*as_of=*/20, /*seq=*/1});
+  ns_.RestoreStoreRecord(kP, nullptr, {/*as_of=*/20, /*seq=*/2});
+  EXPECT_EQ(AtF4(), kX);
+  EXPECT_EQ(ns_.Lookup(kRootId, "f6").status().err(), ENOENT);
+  EXPECT_EQ(ns_.Lookup(kRootId, "f5").status().err(), ENOENT);
 }
 
-// The same two renames, but X's reset runs on the watch thread while P's refusal is on its way
-// to the fs: P's change may still commit for all this node knows, so X's reset gives way to it.
-// Once P's answer says refused, X's reset runs again: X is back at f4, where etcd has it.
-TEST(NamespaceRemoteTest, AResetThatGaveWayToAChangeThenRefusedRunsAgain) {
-  ConflictingSharedStore store;
-  Namespace ns(&store, nullptr);
-  store.ns = &ns;
-  ASSERT_TRUE(ns.Load().ok());
-  const ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
-  const ObjectRecord x_at_f4 = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
-  const ObjectRecord p_at_f5 = RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11);
-  ns.ApplyRemoteChanges({x_at_f4}, {});
-  ns.ApplyRemoteChanges({p_at_f5}, {});
-  store.unreachable = true;
-  store.refusals = 2;
-  EXPECT_EQ(ns.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
-  store.before_answer = [&] { ns.RestoreStoreRecord(kX, &x_at_f4, {/*as_of=*/20, /*seq=*/1}); };
-  EXPECT_EQ(ns.Rename(kRootId, "f5", kRootId, "f4", 0).err(), EROFS);  // seq 2
-  EXPECT_EQ(store.refused, 2);
-  ns.RestoreStoreRecord(kP, &p_at_f5, {/*as_of=*/21, /*seq=*/2});
-  auto f4 = ns.Lookup(kRootId, "f4");
-  ASSERT_TRUE(f4.ok()) << "f4 left empty: " << f4.status().ToString();
-  EXPECT_EQ(f4->attr.st_ino, kX);
-  ns.Forget(kX, 1);
-  auto f5 = ns.Lookup(kRootId, "f5");
+// X's reset runs on the watch thread while P's refusal is on its way to the fs: P's change may
+// still commit for all this node knows, so X's reset gives way to it. Once P's answer says
+// refused, X's reset runs again: X is back at f4, where etcd has it (before, f4 stayed empty).
+TEST_F(TwoRenamesTest, AResetThatGaveWayToAChangeThenRefusedRunsAgain) {
+  store_.refusals = 2;
+  EXPECT_EQ(ns_.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
+  store_.before_answer = [&] { ns_.RestoreStoreRecord(kX, &x_at_f4_, {/*as_of=*/20, /*seq=*/1}); };
+  EXPECT_EQ(ns_.Rename(kRootId, "f5", kRootId, "f4", 0).err(), EROFS);  // seq 2
+  EXPECT_EQ(store_.refused, 2);
+  ns_.RestoreStoreRecord(kP, &p_at_f5_, {/*as_of=*/21, /*seq=*/2});
+  EXPECT_EQ(AtF4(), kX) << "0: f4 left empty";
+  auto f5 = ns_.Lookup(kRootId, "f5");
   ASSERT_TRUE(f5.ok()) << f5.status().ToString();
   EXPECT_EQ(f5->attr.st_ino, kP);
-  ns.Forget(kP, 1);
-  EXPECT_EQ(ns.Lookup(kRootId, "f6").status().err(), ENOENT);
+  ns_.Forget(kP, 1);
+  EXPECT_EQ(ns_.Lookup(kRootId, "f6").status().err(), ENOENT);
 }
 
 // A reset that gave way to a change that then commits stays skipped: that change is newer.
-TEST(NamespaceRemoteTest, AResetThatGaveWayToAChangeThenCommittedStaysSkipped) {
-  ConflictingSharedStore store;
-  Namespace ns(&store, nullptr);
-  store.ns = &ns;
-  ASSERT_TRUE(ns.Load().ok());
-  const ObjectId kX = (9ull << 48) | 41, kP = (9ull << 48) | 42;
-  const ObjectRecord x_at_f4 = RemoteRecord(kX, kRootId, "f4", ObjectType::kFile, 10);
-  ns.ApplyRemoteChanges({x_at_f4}, {});
-  ns.ApplyRemoteChanges({RemoteRecord(kP, kRootId, "f5", ObjectType::kFile, 11)}, {});
-  store.unreachable = true;
-  store.refusals = 1;
-  EXPECT_EQ(ns.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
+TEST_F(TwoRenamesTest, AResetThatGaveWayToAChangeThenCommittedStaysSkipped) {
+  store_.refusals = 1;
+  EXPECT_EQ(ns_.Rename(kRootId, "f4", kRootId, "f6", 0).err(), EROFS);  // seq 1
   // P's rename commits; X's reset ran while it was on its way (the store's hook of a commit).
-  store.commit_hook = [&] { ns.RestoreStoreRecord(kX, &x_at_f4, {/*as_of=*/20, /*seq=*/1}); };
-  EXPECT_TRUE(ns.Rename(kRootId, "f5", kRootId, "f4", 0).ok());
-  auto f4 = ns.Lookup(kRootId, "f4");
-  ASSERT_TRUE(f4.ok()) << f4.status().ToString();
-  EXPECT_EQ(f4->attr.st_ino, kP);
-  ns.Forget(kP, 1);
+  store_.commit_hook = [&] { ns_.RestoreStoreRecord(kX, &x_at_f4_, {/*as_of=*/20, /*seq=*/1}); };
+  EXPECT_TRUE(ns_.Rename(kRootId, "f5", kRootId, "f4", 0).ok());
+  EXPECT_EQ(AtF4(), kP);
 }
 
 }  // namespace
