@@ -95,32 +95,33 @@ class Redis:
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", work,
              "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", ""],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.others: list[Redis] = []
         deadline = time.monotonic() + 10
         while True:
             try:
-                self.sock = socket.create_connection(("127.0.0.1", self.port))
+                self._connect()
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError("redis-server did not start (is it installed?)")
                 time.sleep(0.05)
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.rfile = self.sock.makefile("rb", buffering=1 << 20)
-        self.others: list[Redis] = []
 
     def client(self) -> "Redis":
         """Another connection to the same server (one per reader thread)."""
         other = Redis.__new__(Redis)
         other.proc, other.port, other.others = self.proc, self.port, []
-        other.sock = socket.create_connection(("127.0.0.1", self.port))
-        other.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        other.rfile = other.sock.makefile("rb", buffering=1 << 20)
+        other._connect()
         self.others.append(other)
         return other
 
     def stop(self) -> None:
-        for other in getattr(self, "others", []):
+        for other in self.others:
             other.sock.close()
         if getattr(self, "sock", None):
             self.sock.close()

@@ -70,10 +70,11 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
     }
   }
   Result<uint64_t> token = Status::Ok();
-  auto placement_failed = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> placement_failed;  // only batches with chunks to place
   if (!fresh) {
     token = log_->Submit(std::move(batch));
   } else {
+    placement_failed = std::make_shared<std::atomic<bool>>(false);
     // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
     // commit; the committer takes this one in its turn, once placed.
     auto prepared = placing_

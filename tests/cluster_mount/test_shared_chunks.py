@@ -15,6 +15,7 @@ import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
+from kvfs_testlib import write_file_atomic
 from test_etcd_stalls import version
 
 NAMES = 24
@@ -50,10 +51,7 @@ class SharedChunks(unittest.TestCase):
                 op = rng.random()
                 try:
                     if op < 0.75:
-                        tmp = c.path(k, f"{name}.tmp.{k}.{t}")
-                        with open(tmp, "wb") as f:
-                            f.write(chunk(n))
-                        os.rename(tmp, c.path(k, name))
+                        write_file_atomic(c.path(k, name), chunk(n), tmp_suffix=f".tmp.{k}.{t}")
                         note("publish")
                     elif op < 0.85:
                         os.unlink(c.path(k, name))
