@@ -186,6 +186,16 @@ Status Journal::AppendDurable(const std::string& encoded) {
     }
     size_ += encoded.size();
     Preallocate();
+    if (Status sync = file_->DataSync(); !sync.ok()) {
+      // The records may be in the file though the caller undoes them: cut them off, so no
+      // recovery (even one from an older checkpoint) replays what was reported failed.
+      size_ -= encoded.size();
+      (void)file_->Truncate(size_);
+      reserved_ = 0;
+      Preallocate();
+      return sync;
+    }
+    return Status::Ok();
   }
   return file_->DataSync();
 }

@@ -185,6 +185,7 @@ StoreStats LocalEngineImpl::Stats() const {
     s.objects = index_.objects();
     s.files = index_.files();
     s.stored_bytes = index_.stored_bytes();
+    if (!commit_error_.ok()) s.read_only = ReadOnlyError().message();
   }
   EngineCounters& c = ctx_->counters();
   s.reads = c.reads.load();

@@ -65,16 +65,32 @@ Status LocalEngineImpl::Apply(const MetaBatch& batch) {
 Status LocalEngineImpl::AwaitDurable(uint64_t seq) {
   if (options_.durability != Durability::kClose) return Status::Ok();
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return durable_seq_ >= seq || failure_reported_; });
-  if (durable_seq_ >= seq) return Status::Ok();
+  if (WaitDurable(lock, seq)) return Status::Ok();
   return ReadOnlyError();
 }
 
+bool LocalEngineImpl::Undone(uint64_t seq) const {
+  for (const auto& [after, last] : undone_) {
+    if (seq > after && seq <= last) return true;
+  }
+  return false;
+}
+
+bool LocalEngineImpl::WaitDurable(std::unique_lock<std::mutex>& lock, uint64_t seq) {
+  // Undone first: once the store resumed, durable_seq_ passes the seqs a failure undid.
+  done_cv_.wait(lock, [&] { return Undone(seq) || durable_seq_ >= seq; });
+  return !Undone(seq);
+}
+
+bool LocalEngineImpl::NoSpace(const Status& st) { return st.err() == ENOSPC || st.err() == EDQUOT; }
+
 Status LocalEngineImpl::ReadOnlyError() const {
-  return Status::Error(EROFS, "kvfs store is read-only: a journal write failed (" +
-                                  commit_error_.message() +
-                                  "); changes since the last durable commit were undone; "
-                                  "restart to recover");
+  const Status& why = commit_error_.ok() ? last_failure_ : commit_error_;
+  return Status::Error(EROFS, "kvfs store is read-only: a journal write failed (" + why.message() +
+                                  "); changes since the last durable commit were undone; " +
+                                  (NoSpace(why) ? "writable again by itself once the file "
+                                                  "system holding the data directory has room"
+                                                : "restart to recover"));
 }
 
 Result<uint64_t> LocalEngineImpl::Submit(const MetaBatch& batch) {
@@ -174,8 +190,7 @@ bool LocalEngineImpl::Reclaim(uint64_t needed, bool may_evict) {
       const uint64_t seq = last_seq_;
       flush_requested_ = true;
       work_cv_.notify_one();
-      done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
-      return commit_error_.ok();
+      return WaitDurable(lock, seq);
     }
     if (!may_evict) return false;
     const uint64_t used = ctx_->space().used_bytes();
@@ -196,7 +211,7 @@ bool LocalEngineImpl::Reclaim(uint64_t needed, bool may_evict) {
     // The victim's extents are reusable only once the record that freed them is durable.
     flush_requested_ = true;
     work_cv_.notify_one();
-    done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
+    if (!WaitDurable(lock, seq)) return false;  // undone: the victims are back
   }
   NotifyEvicted(victims);
   return true;
@@ -226,9 +241,8 @@ Status LocalEngineImpl::Evict(ObjectId id) {
     eviction_->Forget(id);
     const uint64_t seq = RemoveEvicted(victims);
     work_cv_.notify_one();
-    if (options_.durability == Durability::kClose) {
-      done_cv_.wait(lock, [&] { return durable_seq_ >= seq || !commit_error_.ok(); });
-      if (durable_seq_ < seq) return ReadOnlyError();
+    if (options_.durability == Durability::kClose && !WaitDurable(lock, seq)) {
+      return ReadOnlyError();
     }
   }
   NotifyEvicted(victims);
@@ -243,10 +257,17 @@ void LocalEngineImpl::CommitLoop() {
       return stop_ || checkpoint_requests_ > checkpoints_done_ || flush_requested_ ||
              (!queue_.empty() && options_.durability == Durability::kClose);
     };
+    const bool resuming = !commit_error_.ok() && NoSpace(commit_error_);
     if (options_.durability == Durability::kAsync) {
       work_cv_.wait_for(lock, interval, wake);
+    } else if (resuming) {
+      work_cv_.wait_until(lock, next_resume_, wake);
     } else {
       work_cv_.wait(lock, wake);
+    }
+    if (resuming && !stop_ && std::chrono::steady_clock::now() >= next_resume_) {
+      TryResume(lock);
+      continue;
     }
     const bool stopping = stop_;
     const uint64_t ckpt_request = checkpoint_requests_;
@@ -296,7 +317,8 @@ void LocalEngineImpl::CommitLoop() {
       batch.clear();  // durable: the dropped layouts may now free their extents
       committing_free_ = 0;
     } else if (!st.ok()) {
-      spdlog::error("engine: journal commit failed, the store is read-only from now on: {}",
+      spdlog::error("engine: journal commit failed, the store is read-only {}: {}",
+                    NoSpace(st) ? "until the file system has room again" : "until a restart",
                     st.ToString());
     }
 
@@ -305,7 +327,13 @@ void LocalEngineImpl::CommitLoop() {
     if (st.ok() && !failed_before) {
       durable_seq_ = std::max(durable_seq_, max_seq);
     } else {
-      if (commit_error_.ok()) commit_error_ = st;
+      if (commit_error_.ok()) {
+        commit_error_ = st;
+        last_failure_ = st;
+        resume_tries_ = 0;
+        next_resume_ = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(options_.no_space_retry_ms);
+      }
       rolled_back = RollBack(&batch);
       // Without the lock: layout deleters and the listener (the namespace) take their own.
       // New changes are refused meanwhile (commit_error_ is set).
@@ -320,7 +348,8 @@ void LocalEngineImpl::CommitLoop() {
       }
       lock.lock();
       // Waiters learn of the failure only now, when the in-memory state matches the disk.
-      failure_reported_ = true;
+      // (No change was accepted meanwhile: last_seq_ is the last one undone.)
+      if (last_seq_ > durable_seq_) undone_.emplace_back(durable_seq_, last_seq_);
     }
     if (checkpoint) {
       checkpoints_done_ = ckpt_request;
@@ -352,7 +381,11 @@ Status LocalEngineImpl::CommitRecords(const std::vector<PendingCommit>& batch) {
   // Data before metadata: the devices written since the last commit are synced first, so a
   // durable record never names extents whose data could still be lost.
   for (uint16_t d : ctx_->TakeDirtyDevices()) {
-    KVFS_RETURN_IF_ERROR(ctx_->devices()[d]->DataSync());
+    if (Status st = ctx_->devices()[d]->DataSync(); !st.ok()) {
+      // Never NoSpace, whatever its errno: device data may be lost (fsyncgate), and a resumed
+      // store would go on as if it were not.
+      return Status::IoError("device sync failed: " + st.ToString());
+    }
   }
   std::string all;
   for (const auto& p : batch) all += p.encoded;
@@ -376,6 +409,63 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
   // state (the new, empty journal only continues it).
   KVFS_RETURN_IF_ERROR(Checkpoint::Write(*fs_, dir, old_number + 1, next_id, records));
   return Checkpoint::Prune(*fs_, dir);
+}
+
+void LocalEngineImpl::TryResume(std::unique_lock<std::mutex>& lock) {
+  // Nothing is queued (every change is refused while read-only): the index is the state the
+  // disk holds, and a checkpoint of it is a clean start for a new journal.
+  std::vector<ObjectRecord> snapshot = index_.Snapshot();
+  const uint64_t next_id = std::max<uint64_t>(id_limit_.load(), next_id_.load());
+  PolicyState policy_state = eviction_->Snapshot();
+  lock.unlock();
+  Status st = ResumeJournal(snapshot, next_id);
+  if (st.ok()) {
+    if (Status ps = PolicyStateFile::Write(*fs_, options_.data_dir, policy_state); !ps.ok()) {
+      spdlog::warn("engine: cannot save the eviction state: {}", ps.ToString());
+    }
+  }
+  snapshot.clear();
+  lock.lock();
+  if (st.ok()) {
+    spdlog::warn("engine: the store is writable again after {} tries: a checkpoint fits now ({})",
+                 resume_tries_ + 1, last_failure_.ToString());
+    commit_error_ = Status::Ok();
+    return;
+  }
+  ++resume_tries_;
+  if (!NoSpace(st)) {
+    // The disk failed in another way on the way out: stay read-only until a restart.
+    spdlog::error("engine: the store stays read-only until a restart: {}", st.ToString());
+    commit_error_ = st;
+    return;
+  }
+  const uint32_t factor = 1u << std::min<uint32_t>(resume_tries_, 2);
+  next_resume_ = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(uint64_t{options_.no_space_retry_ms} * factor);
+  if (resume_tries_ == 1 || resume_tries_ % 16 == 0) {
+    spdlog::warn("engine: still read-only: try {} to write a checkpoint failed: {}", resume_tries_,
+                 st.ToString());
+  }
+}
+
+Status LocalEngineImpl::ResumeJournal(const std::vector<ObjectRecord>& records, uint64_t next_id) {
+  const std::string& dir = options_.data_dir;
+  const uint64_t number = journal_->number() + 1;
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(*fs_, dir, number));
+  if (Status st = Checkpoint::Write(*fs_, dir, number, next_id, records); !st.ok()) {
+    // Gone again, with the blocks it reserved: a full file system must not fill up with the
+    // empty journals of failed tries.
+    next.reset();
+    (void)fs_->Unlink(dir + "/" + Journal::FileName(number));
+    return st;
+  }
+  journal_ = std::move(next);
+  journal_->set_fault_injector(options_.fault_injector.get());
+  journal_bytes_ = journal_->size();
+  if (Status st = Checkpoint::Prune(*fs_, dir); !st.ok()) {
+    spdlog::warn("engine: cannot delete old checkpoints and journals: {}", st.ToString());
+  }
+  return Status::Ok();
 }
 
 Status LocalEngineImpl::Sync() {

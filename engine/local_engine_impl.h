@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,19 @@ class LocalEngineImpl final : public LocalEngine {
                    IndexUndo undo = {});  // mu_ held
   // mu_ held: the error every change gets once a journal write has failed.
   Status ReadOnlyError() const;
+  // mu_ held: whether change `seq` was undone by a failed commit (its waiters get EROFS).
+  bool Undone(uint64_t seq) const;
+  // mu_ held: waits until change `seq` is durable (true) or undone (false).
+  bool WaitDurable(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  // The store is read-only because the file system was full (ENOSPC, EDQUOT): the committer
+  // retries (TryResume) and the store turns writable again once a checkpoint fits. Any other
+  // journal failure (EIO) stays until a restart: the disk, not a full file system, failed.
+  static bool NoSpace(const Status& st);
+  // Committer thread, mu_ held on entry and exit: one try to leave the read-only state by
+  // writing a checkpoint of the index (which equals the disk's state after the rollback) and
+  // starting a new journal after it, so nothing of the failed journal's tail is replayed.
+  void TryResume(std::unique_lock<std::mutex>& lock);
+  Status ResumeJournal(const std::vector<ObjectRecord>& records, uint64_t next_id);
   // After a failed commit (mu_ held): takes `failed` and everything queued behind it back out
   // of the index, newest first, so the index matches the disk. Returns the ids it changed.
   std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> RollBack(
@@ -101,9 +115,14 @@ class LocalEngineImpl final : public LocalEngine {
   Index index_;
   std::vector<PendingCommit> queue_;
   uint64_t last_seq_ = 0, durable_seq_ = 0;
-  Status commit_error_;  // sticky: after a failed journal write nothing more is accepted
-  // Set once the failed changes are undone and the listener told: waiters then get EROFS.
-  bool failure_reported_ = false;
+  // Set by a failed journal write: nothing more is accepted until TryResume clears it (only
+  // for NoSpace; any other failure is sticky). last_failure_ keeps the last one for messages.
+  Status commit_error_, last_failure_;
+  // (first, last] ranges of change seqs a failed commit undid, recorded once they are undone
+  // and the listener told: their waiters then get EROFS, even after the store resumed.
+  std::vector<std::pair<uint64_t, uint64_t>> undone_;
+  std::chrono::steady_clock::time_point next_resume_;  // when the committer tries again
+  uint32_t resume_tries_ = 0;
   uint64_t checkpoint_requests_ = 0, checkpoints_done_ = 0;
   Status checkpoint_status_;
   bool stop_ = false;

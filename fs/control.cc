@@ -250,6 +250,7 @@ nlohmann::json Control::StatusJson() {
       {"high_watermark", s.high_watermark},
       {"low_watermark", s.low_watermark},
       {"journal_bytes", s.journal_bytes},
+      {"read_only", s.read_only},
       {"recovery_damaged_records", s.recovery_damaged_records},
       {"recovery_damaged_checkpoints", s.recovery_damaged_checkpoints},
       {"recovery_repaired_superblocks", s.recovery_repaired_superblocks},

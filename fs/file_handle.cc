@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "namespace.h"
+#include "op_failure_log.h"
 
 namespace kvfs::fs {
 
@@ -360,7 +361,9 @@ Status Namespace::Release(FileHandle* fh) {
       last = fh->session->handles <= 1;
     }
     if (last) st = PublishLocked(fh);
-    if (!st.ok()) spdlog::warn("publish at release of inode {} failed: {}", fh->ino, st.ToString());
+    if (std::string note; !st.ok() && OpFailureLog().Allow(&note)) {
+      spdlog::warn("publish at release of inode {} failed: {}{}", fh->ino, st.ToString(), note);
+    }
   }
   std::lock_guard lock(mu_);
   Inode* in = Find(fh->ino);

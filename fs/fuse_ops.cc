@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "op_failure_log.h"
 #include "splice_reply.h"
 
 namespace kvfs::fs {
@@ -242,7 +243,9 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
   // Verified bytes straight from the store's buffers, spliced into the reply (splice_reply.h).
   auto view = c.ns->ReadSpans(HandleOf<FileHandle>(fi), static_cast<uint64_t>(off), size);
   if (!view.ok()) {
-    spdlog::warn("read of inode {} at {} failed: {}", ino, off, view.status().ToString());
+    if (std::string note; OpFailureLog().Allow(&note)) {
+      spdlog::warn("read of inode {} at {} failed: {}{}", ino, off, view.status().ToString(), note);
+    }
     return ReplyStatus(req, view.status());
   }
   ReplyRead(req, *view);
@@ -258,7 +261,9 @@ void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_
   }
   Status st = c.ns->Write(HandleOf<FileHandle>(fi), off, data, size);
   if (!st.ok()) {
-    if (st.err() != ENOSPC) spdlog::warn("write to inode {} failed: {}", ino, st.ToString());
+    if (std::string note; st.err() != ENOSPC && OpFailureLog().Allow(&note)) {
+      spdlog::warn("write to inode {} failed: {}{}", ino, st.ToString(), note);
+    }
     return ReplyStatus(req, st);
   }
   fuse_reply_write(req, size);
@@ -267,7 +272,9 @@ void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_
 void OnFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (Control::Owns(ino)) return Err(req, 0);
   Status st = Ctx(req).ns->Flush(HandleOf<FileHandle>(fi));
-  if (!st.ok()) spdlog::warn("publish of inode {} failed: {}", ino, st.ToString());
+  if (std::string note; !st.ok() && OpFailureLog().Allow(&note)) {
+    spdlog::warn("publish of inode {} failed: {}{}", ino, st.ToString(), note);
+  }
   ReplyStatus(req, st);
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "op_failure_log.h"
+
 namespace kvfs::fs {
 namespace {
 
@@ -270,7 +272,9 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
   if (!done.ok()) {
     // A shared store's refusals (a name taken elsewhere, a conflict, etcd unreachable) are
     // answers, not failures of this node; the store logged what it needs to.
-    if (!shared_) spdlog::error("namespace: journal apply failed: {}", done.status().ToString());
+    if (std::string note; !shared_ && OpFailureLog().Allow(&note)) {
+      spdlog::error("namespace: journal apply failed: {}{}", done.status().ToString(), note);
+    }
     if (shared_) EndInFlight(batch.seq, /*refused=*/true);
     return done.status();
   }

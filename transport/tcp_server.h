@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "auth.h"
+#include "kvfs/log_limiter.h"
 #include "kvfs/transport.h"
-#include "log_limiter.h"
 #include "remote_read_exporter.h"
 #include "tcp_frame_io.h"
 

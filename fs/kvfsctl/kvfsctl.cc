@@ -86,6 +86,9 @@ void PrintStatus(const nlohmann::json& s) {
   for (const auto& d : s.value("devices", nlohmann::json::array()))
     devices += (devices.empty() ? "" : ", ") + d.get<std::string>();
   std::printf("  devices       %s\n", devices.c_str());
+  if (const std::string why = s.value("read_only", std::string()); !why.empty()) {
+    std::printf("  READ-ONLY     %s\n", why.c_str());
+  }
   std::printf("  durability    %s, compression %s, segments of %s\n",
               s.value("durability", "?").c_str(), s.value("compression", "?").c_str(),
               FormatSize(U(s, "segment_size")).c_str());

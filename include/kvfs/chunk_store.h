@@ -112,6 +112,9 @@ struct StoreStats {
   double high_watermark = 0, low_watermark = 0;  // fractions of capacity_bytes
   uint64_t journal_bytes = 0;
   uint64_t journal_commits = 0;  // journal write + fdatasync rounds (group commits)
+  // Empty while the store takes changes; else why it refuses them (EROFS): a journal write
+  // failed. After ENOSPC it turns writable again by itself once the file system has room.
+  std::string read_only;
   uint64_t segment_size = 0;
   std::vector<std::string> devices;
   // What the recovery at open found damaged and skipped (0 after a clean start or a crash):

@@ -34,6 +34,9 @@ struct EngineOptions {
   uint32_t queue_depth = 16;                        // io_uring depth per thread
   uint64_t journal_checkpoint_bytes = 64ull << 20;  // checkpoint when the journal passes this
   uint32_t async_commit_ms = 50;                    // group-commit interval with durability=async
+  // After the file system filled (a journal write failed with ENOSPC), the store is read-only
+  // and tries to resume after this long, doubling up to 4x between tries.
+  uint32_t no_space_retry_ms = 1000;
   // Bounded cache (DESIGN §6): when used bytes pass high_watermark x capacity after a publish,
   // files are evicted in `eviction` policy order ("lru", "lfu", "fifo", "prefix") down to
   // low_watermark x capacity. Pinned files (kFlagPinned) are never evicted.

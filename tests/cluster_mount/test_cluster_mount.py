@@ -204,7 +204,7 @@ class ClusterMount(unittest.TestCase):
         self.assertEqual(got[1], got[3], {"now": got, "before": sums[1]["cb"], "stat": {
             k: os.getxattr(c.path(k, "cb"), "user.kvfs.stat").decode() for k in (1, 2, 3)}})
 
-    def test_a_node_whose_disk_fills_refuses_publishes_and_shows_only_what_etcd_has(self):
+    def test_a_node_whose_disk_fills_refuses_publishes_until_it_has_room_again(self):
         # Node 2's data directory fills up (another program's file beside its device file):
         # its journal cannot grow, its store turns read-only, and its publishes fail with
         # EROFS. Those files never reached etcd; node 2 kept showing their names (which no
@@ -257,6 +257,23 @@ class ClusterMount(unittest.TestCase):
         for name in os.listdir(c.path(2, "d")):  # node 2 still reads what the cluster holds
             with open(c.path(2, "d/" + name), "rb") as f:
                 self.assertEqual(len(f.read()), 512 << 10)
+        # Room again: node 2's store takes changes by itself, and the others see them.
+        os.unlink(os.path.join(data, "filler"))
+        payload = os.urandom(512 << 10)
+
+        def publishes():
+            try:
+                write_file_atomic(c.path(2, "d/after"), payload, tmp_suffix=".tmp")
+                return True
+            except OSError as e:
+                self.assertEqual(e.errno, errno.EROFS, e)
+                return False
+        wait_until(publishes, 20, interval=0.2, what="node 2 publishes again once its disk has room")
+        for k in (1, 3):
+            c.wait_exists(k, "d/after")
+            with open(c.path(k, "d/after"), "rb") as f:
+                self.assertEqual(f.read(), payload)
+        wait_until(same_names, VISIBLE_S, what="every node shows the same names")
 
     def test_a_full_node_evicts_to_its_watermark_and_publishes_on(self):
         # A cache is written past its capacity and must evict, never refuse: nodes 1 and 3

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "fillable_fs.h"
 #include "record_codec.h"
 #include "recovery.h"
 #include "temp_dir.h"
@@ -91,10 +92,35 @@ TEST(JournalTest, TornTailIsCutAtTheLastValidRecord) {
   EXPECT_TRUE(state->records.count(10) && state->records.count(11));
   EXPECT_GE(state->next_id, 12u);
   // The engine appends after the last valid record: the torn bytes go.
-  auto j = Journal::OpenForAppend(Fs(), dir.path(), state->journal_number,
-                                  state->journal_valid_bytes);
+  auto j =
+      Journal::OpenForAppend(Fs(), dir.path(), state->journal_number, state->journal_valid_bytes);
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(FileSize(path), ends[1]);
+}
+
+TEST(JournalTest, AnAppendWhoseSyncFailedIsCutOff) {
+  // The bytes reached the file but fdatasync failed: the caller undoes the change, so the
+  // journal must not keep it for a later recovery to replay.
+  TempDir dir;
+  testing::FillableFileSystem fs;
+  auto j = Journal::Create(fs, dir.path(), 1);
+  ASSERT_TRUE(j.ok());
+  MetaBatch first, failed, next;
+  first.puts.push_back(Dir(10, "kept"));
+  failed.puts.push_back(Dir(11, "undone"));
+  next.puts.push_back(Dir(12, "next"));
+  ASSERT_TRUE((*j)->AppendDurable(BatchRecord(first)).ok());
+  const uint64_t good = (*j)->size();
+  fs.fail_sync = true;
+  EXPECT_EQ((*j)->AppendDurable(BatchRecord(failed)).err(), EIO);
+  fs.fail_sync = false;
+  EXPECT_EQ((*j)->size(), good);
+  ASSERT_TRUE((*j)->AppendDurable(BatchRecord(next)).ok());
+  auto state = Recover(Fs(), dir.path());
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_FALSE(state->damage.any());
+  EXPECT_EQ(state->records.size(), 2u);
+  EXPECT_TRUE(state->records.count(10) && state->records.count(12));
 }
 
 TEST(JournalTest, CorruptRecordInTheMiddleLosesOnlyThatRecord) {

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -548,49 +549,129 @@ class CheckpointAndSuperblockDamageTest(unittest.TestCase):
             self.assertEqual(m.status()["recovery_repaired_superblocks"], 0)
 
 
+def fill(directory: str) -> str:
+    """Writes a file into `directory` until its file system is full; returns its path."""
+    filler = os.path.join(directory, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
+    return filler
+
+
 class FullDataDirectoryTest(unittest.TestCase):
     """Item 8: a data directory whose file system filled up while kvfs ran still restarts,
-    with every acknowledged file."""
+    with every acknowledged file; and the store it made read-only takes changes again by
+    itself once there is room."""
 
-    def test_restart_on_a_full_file_system(self):
-        import tempfile
+    def small_data_mount(self, size: str) -> KvfsMount:
+        """A mount whose journal and checkpoints are on a tmpfs of `size`, its device beside
+        it (not started)."""
         small = tempfile.mkdtemp(prefix="kvfs-small-")
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", small],
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", small],
                            capture_output=True, text=True)
         if r.returncode != 0:
             os.rmdir(small)
             self.skipTest(f"cannot mount a small tmpfs for the data directory: {r.stderr.strip()}")
-        try:
-            # The journal and checkpoints on the small file system, the device beside it.
-            m = KvfsMount(capacity=None)
-            m.extra_args = ["--data", os.path.join(small, "data"),
-                            "--device", os.path.join(m.root, "device0.kvfs") + ":128M"]
-            m.command = lambda: ([m.kvfs_bin, m.mnt] + m.extra_args + ["-f"])
-            with m:
-                for i in range(10):
-                    write_file_atomic(m.path(f"before{i}"), chunk_bytes(f"b{i}", 256 * 1024))
-                filler = os.path.join(small, "filler")
-                with open(filler, "wb") as f:
-                    try:
-                        while True:
-                            f.write(b"\0" * 65536)
-                            f.flush()
-                    except OSError as e:
-                        self.assertEqual(e.errno, errno.ENOSPC)
-                # Still serving, and appends go into the journal's reserved space.
-                for i in range(10):
-                    write_file_atomic(m.path(f"full{i}"), chunk_bytes(f"f{i}", 256 * 1024))
-                m.unmount()  # its final checkpoint does not fit: fine
-                m.start()
-                for i in range(10):
-                    with open(m.path(f"before{i}"), "rb") as f:
-                        self.assertEqual(f.read(), chunk_bytes(f"b{i}", 256 * 1024))
-                    with open(m.path(f"full{i}"), "rb") as f:
-                        self.assertEqual(f.read(), chunk_bytes(f"f{i}", 256 * 1024))
-                os.unlink(filler)
-        finally:
+
+        def unmount():
             subprocess.run(["umount", "-l", small], capture_output=True)
             os.rmdir(small)
+        self.addCleanup(unmount)  # first registered: runs after the mount's cleanup
+        m = KvfsMount(capacity=None)
+        self.addCleanup(m.cleanup)
+        self.small = small
+        m.extra_args = ["--data", os.path.join(small, "data"),
+                        "--device", os.path.join(m.root, "device0.kvfs") + ":128M"]
+        m.command = lambda: ([m.kvfs_bin, m.mnt] + m.extra_args + ["-f"])
+        return m
+
+    def test_a_store_read_only_from_a_full_file_system_resumes_once_there_is_room(self):
+        # 8 MiB: too small for the journal's reserved blocks, so its appends need free blocks
+        # and the store turns read-only a few publishes after the file system fills.
+        m = self.small_data_mount("8m")
+        size = 64 * 1024
+        with m:
+            for i in range(5):
+                write_file_atomic(m.path(f"before{i}"), chunk_bytes(f"b{i}", size))
+            filler = fill(self.small)
+            published, refused = [], []
+            for i in range(2000):
+                try:
+                    write_file_atomic(m.path(f"full{i}"), chunk_bytes(f"f{i}", size))
+                    published.append(i)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.EROFS, e)
+                    refused.append(i)
+                    if len(refused) == 3:
+                        break
+            self.assertEqual(len(refused), 3, "the journal never filled")
+            why = m.status()["read_only"]
+            self.assertIn("once the file system", why)
+            self.assertIn("READ-ONLY", m.kvfsctl("status", m.mnt).stdout)
+            with open(m.path("before0"), "rb") as f:  # reads go on
+                self.assertEqual(f.read(), chunk_bytes("b0", size))
+            # A connector retrying against it gets EROFS each time, and the log a few lines,
+            # not one per failure (it may be on the very disk that is full).
+            for i in range(300):
+                with self.assertRaises(OSError) as e:
+                    write_file_atomic(m.path(f"retry{i}"), b"x")
+                self.assertEqual(e.exception.errno, errno.EROFS)
+            failures = [line for line in m.log_tail(1 << 20).splitlines() if "read-only" in line]
+            self.assertLess(len(failures), 60, "\n".join(failures[-5:]))
+
+            os.unlink(filler)
+
+            def publishes():
+                try:
+                    write_file_atomic(m.path("after"), chunk_bytes("after", size),
+                                      tmp_suffix=".tmp-after")
+                    return True
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.EROFS, e)
+                    return False
+            deadline = time.monotonic() + 20
+            while not publishes():
+                self.assertLess(time.monotonic(), deadline, "still read-only 20 s after room")
+                time.sleep(0.2)
+            self.assertEqual(m.status()["read_only"], "")
+            self.assertNotIn("READ-ONLY", m.kvfsctl("status", m.mnt).stdout)
+            self.assertIn("writable again", m.log_tail(20000))
+
+            m.remount()  # what it took after resuming is durable; what it refused is not there
+            for i in range(5):
+                with open(m.path(f"before{i}"), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(f"b{i}", size))
+            for i in published:
+                with open(m.path(f"full{i}"), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(f"f{i}", size))
+            for i in refused:
+                self.assertFalse(os.path.exists(m.path(f"full{i}")))
+            with open(m.path("after"), "rb") as f:
+                self.assertEqual(f.read(), chunk_bytes("after", size))
+
+    def test_restart_on_a_full_file_system(self):
+        m = self.small_data_mount("40m")
+        with m:
+            for i in range(10):
+                write_file_atomic(m.path(f"before{i}"), chunk_bytes(f"b{i}", 256 * 1024))
+            filler = fill(self.small)
+            # Still serving, and appends go into the journal's reserved space.
+            for i in range(10):
+                write_file_atomic(m.path(f"full{i}"), chunk_bytes(f"f{i}", 256 * 1024))
+            m.unmount()  # its final checkpoint does not fit: fine
+            m.start()
+            for i in range(10):
+                with open(m.path(f"before{i}"), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(f"b{i}", 256 * 1024))
+                with open(m.path(f"full{i}"), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(f"f{i}", 256 * 1024))
+            os.unlink(filler)
 
 
 class HitRateTest(unittest.TestCase):

@@ -1,5 +1,5 @@
 // LogLimiter: lines per window, and the count of those left out on the next one let through.
-#include "log_limiter.h"
+#include "kvfs/log_limiter.h"
 
 #include <gtest/gtest.h>
 

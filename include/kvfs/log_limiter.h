@@ -1,8 +1,9 @@
-// LogLimiter: at most `burst` log lines per window for events that anyone who can reach the
-// peer port causes (garbage, a failed handshake, a connection over the limit). Without it a
-// port scan or a flood of bad connections writes one warning each, as fast as they come, into
-// the operator's log; with it the first lines of each window still say who and what, and the
-// next line let through says how many were left out.
+// LogLimiter: at most `burst` log lines per window for events that come as fast as somebody
+// else makes them: garbage on the peer port (a port scan, a flood of bad connections), or a
+// connector retrying operations that fail (a full, read-only store). Without it each writes
+// one warning, as fast as they come, into the operator's log (perhaps on the very disk that is
+// full); with it the first lines of each window still say who and what, and the next line let
+// through says how many were left out.
 #pragma once
 
 #include <chrono>
