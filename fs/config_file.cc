@@ -170,6 +170,9 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
       } else if (key == "lease_ttl_s") {
         KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 2, 3600));
         c.lease_ttl_s = static_cast<uint32_t>(n);
+      } else if (key == "etcd_history_s") {
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 0, 604800));
+        c.etcd_history_s = static_cast<uint32_t>(n);
       } else if (key == "repair_bandwidth") {
         KVFS_ASSIGN_OR_RETURN(std::string text, r.String(shown, value));
         auto size = ParseSize(text);

@@ -135,6 +135,7 @@ Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
   co.transport = kind;
   co.request_timeout = std::chrono::milliseconds(c.request_timeout_ms);
   co.lease_ttl = std::chrono::seconds(c.lease_ttl_s);
+  co.etcd_history = std::chrono::seconds(c.etcd_history_s);
   co.repair_bandwidth = c.repair_bandwidth;
   co.keep_local_copy = c.keep_local_copy;
   return so;

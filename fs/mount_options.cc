@@ -107,7 +107,7 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   std::string config_path;
   int node_id = 0;
   std::string etcd, repair_bandwidth;
-  uint32_t replicas = 0, request_timeout_ms = 0, lease_ttl_s = 0;
+  uint32_t replicas = 0, request_timeout_ms = 0, lease_ttl_s = 0, etcd_history_s = 0;
 
   CLI::App app{"kvfs: a FUSE filesystem for LLM KV-cache files, backed by a local chunk engine",
                "kvfs"};
@@ -160,6 +160,10 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   app.add_option("--lease-ttl", lease_ttl_s,
                  "Seconds after which a silent node counts as down (default 5)")
       ->check(CLI::Range(2, 3600));
+  app.add_option("--etcd-history", etcd_history_s,
+                 "Seconds of etcd history kept; the lowest live node compacts the rest "
+                 "(default 300; 0: never, etcd's own auto-compaction does)")
+      ->check(CLI::Range(0, 604800));
   app.add_option("--repair-bandwidth", repair_bandwidth,
                  "Bytes per second this node copies to repair lost replicas (default 256M)");
   app.add_option("--secret-file", cli.cluster.secret_file,
@@ -218,6 +222,7 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   if (app.count("--etcd-cert")) opts.cluster.etcd_cert = cli.cluster.etcd_cert;
   if (app.count("--etcd-key")) opts.cluster.etcd_key = cli.cluster.etcd_key;
   if (app.count("--lease-ttl")) opts.cluster.lease_ttl_s = lease_ttl_s;
+  if (app.count("--etcd-history")) opts.cluster.etcd_history_s = etcd_history_s;
   if (app.count("--repair-bandwidth")) {
     auto size = ParseSize(repair_bandwidth);
     if (!size.ok() || *size < (1ull << 20))

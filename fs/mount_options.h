@@ -27,6 +27,7 @@ struct ClusterSettings {
   std::string transport = "auto";  // tcp | rdma | auto (RDMA when a device exists, else TCP)
   uint32_t request_timeout_ms = 1000;
   uint32_t lease_ttl_s = 5;                  // a node silent this long is down
+  uint32_t etcd_history_s = 300;             // etcd history kept (0: kvfs never compacts)
   uint64_t repair_bandwidth = 256ull << 20;  // bytes/s this node copies for repair
   bool keep_local_copy = true;               // the writer keeps the first copy
   bool enabled() const { return !etcd.empty(); }

@@ -25,7 +25,8 @@ ClusterStore::ClusterStore(std::unique_ptr<ChunkStore> local, ClusterOptions opt
     : local_(std::move(local)),
       options_(std::move(options)),
       keys_(options_.etcd_prefix),
-      local_events_(this) {}
+      local_events_(this),
+      compactor_(options_.etcd_history) {}
 
 Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(std::unique_ptr<ChunkStore> local,
                                                          ClusterOptions options) {
@@ -109,10 +110,31 @@ Status ClusterStore::Start() {
       if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
       ProbeSuspects();
+      CompactHistory();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
   });
   return Status::Ok();
+}
+
+void ClusterStore::CompactHistory() {
+  const auto now = std::chrono::steady_clock::now();
+  // The revision this node has applied: etcd was there or past it by now.
+  const int64_t target = compactor_.Due(now, log_->applied_revision());
+  if (target == 0 || !membership_->etcd_reachable()) return;
+  const std::vector<MemberInfo> members = membership_->Members();
+  if (members.empty() || members.front().id != options_.node_id) return;  // not the lowest id
+  Status st = etcd_->Compact(target);
+  if (st.ok() || etcd::IsCompacted(st)) {
+    spdlog::log(compactor_.compacted() == 0 ? spdlog::level::info : spdlog::level::debug,
+                "cluster: compacted etcd's history to revision {} (kept {} s of it)", target,
+                options_.etcd_history.count());
+    compactor_.Done(now, target);
+    return;
+  }
+  spdlog::warn("cluster: compacting etcd's history to revision {} failed: {}", target,
+               st.ToString());
+  compactor_.Done(now, 0);  // try again after the gap, not every second
 }
 
 ClusterStore::~ClusterStore() {

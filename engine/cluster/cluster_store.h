@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cluster_layout.h"
+#include "history_compactor.h"
 #include "kvfs/chunk_store.h"
 #include "kvfs/etcd.h"
 #include "kvfs/store.h"
@@ -160,6 +161,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // The local copy of `chunk` (also one dropped within kRetireGrace), or null.
   LayoutRef HeldLayout(uint64_t chunk) const;
   void ExpireRetiring();
+  // Housekeeping, once a second: the lowest live node compacts etcd's history
+  // (history_compactor.h).
+  void CompactHistory();
   // mu_ held: takes the oldest retiring copy off the queue (the caller releases it after mu_).
   LayoutRef PopRetiring();
   // Publishes the fresh local layouts of a batch: a chunk each, placed on its holders.
@@ -264,6 +268,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   };
 
   std::thread house_;
+  HistoryCompactor compactor_;  // the housekeeping thread's
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   std::mutex fetch_mu_;

@@ -32,6 +32,10 @@ struct ClusterOptions {
   std::chrono::milliseconds request_timeout{1000};  // one request to one peer
   std::chrono::seconds lease_ttl{5};                // a node silent this long is down
   uint64_t repair_bandwidth = 256ull << 20;         // bytes/s this node copies for repair
+  // etcd history kept for watches to catch up from: the lowest live node compacts etcd to the
+  // revision it had this long ago (0: never; the operator's etcd compacts). Must outlast a full
+  // read of the namespace (a late joiner, a node that fell behind): 22 s at 1M names here.
+  std::chrono::seconds etcd_history{300};
   // The writer keeps the first copy (locality: it is likely to read it back); the other R-1 go
   // to the rendezvous ranking of the chunk. False: all R by the ranking.
   bool keep_local_copy = true;

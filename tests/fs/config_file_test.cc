@@ -79,6 +79,7 @@ secret_file = ")" + secret_ + R"("
 transport = "tcp"
 request_timeout_ms = 250
 lease_ttl_s = 7
+etcd_history_s = 0
 repair_bandwidth = "64M"
 keep_local_copy = false
 )")});
@@ -107,6 +108,7 @@ keep_local_copy = false
   EXPECT_EQ(o.cluster.transport, "tcp");
   EXPECT_EQ(o.cluster.request_timeout_ms, 250u);
   EXPECT_EQ(o.cluster.lease_ttl_s, 7u);
+  EXPECT_EQ(o.cluster.etcd_history_s, 0u);
   EXPECT_EQ(o.cluster.repair_bandwidth, 64ull << 20);
   EXPECT_FALSE(o.cluster.keep_local_copy);
 }
@@ -143,6 +145,8 @@ secret_file = ")" + secret_ +
                   "300",
                   "--lease-ttl",
                   "3",
+                  "--etcd-history",
+                  "60",
                   "--repair-bandwidth",
                   "10M"});
   ASSERT_TRUE(p.options) << p.message;
@@ -159,6 +163,7 @@ secret_file = ")" + secret_ +
   EXPECT_EQ(o.cluster.transport, "auto");
   EXPECT_EQ(o.cluster.request_timeout_ms, 300u);
   EXPECT_EQ(o.cluster.lease_ttl_s, 3u);
+  EXPECT_EQ(o.cluster.etcd_history_s, 60u);
   EXPECT_EQ(o.cluster.repair_bandwidth, 10ull << 20);
 }
 
@@ -236,6 +241,7 @@ TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
   ExpectBad("[cluster]\netcd = [\"http://127.0.0.1\"]\n", "cluster.etcd");
   ExpectBad("[cluster]\netcd = []\n", "cluster.etcd");
   ExpectBad("[cluster]\nlease_ttl_s = 1\n", "cluster.lease_ttl_s");
+  ExpectBad("[cluster]\netcd_history_s = -1\n", "cluster.etcd_history_s");
   ExpectBad("[cluster]\nrepair_bandwidth = \"1K\"\n", "cluster.repair_bandwidth");
   ExpectBad("[[cluster.peers]]\nid = 2\naddress = \"127.0.0.3:7400\"\n", "cluster.peers");
   // Cluster keys without etcd: not a cluster, and not silently a single node either.
