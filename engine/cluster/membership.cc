@@ -287,11 +287,12 @@ void Membership::WatchLoop() {
 
 void Membership::RenewIfSelfMissing() {
   if (IsLive(options_.self)) return;
-  spdlog::warn("cluster: etcd no longer lists node {}; registering it again now", options_.self);
   {
     std::lock_guard lock(wake_mu_);
-    renew_now_ = true;
+    // Once per registration, not once per watch answer that still misses the key.
+    if (renew_now_.exchange(true)) return;
   }
+  spdlog::warn("cluster: etcd no longer lists node {}; registering it again now", options_.self);
   wake_cv_.notify_all();
 }
 
