@@ -15,11 +15,15 @@
 
 #include "io_fault_injector.h"
 #include "kvfs/local_engine.h"
+#include "root_records.h"
 #include "temp_dir.h"
 
 namespace kvfs {
 namespace {
 
+using testing::Names;
+using testing::RootRecord;
+using testing::SmallChunk;
 using testing::TempDir;
 
 EngineOptions Opts(const std::string& dir, std::shared_ptr<IoFaultInjector> faults = nullptr) {
@@ -30,33 +34,6 @@ EngineOptions Opts(const std::string& dir, std::shared_ptr<IoFaultInjector> faul
   o.no_space_retry_ms = 1;  // a failure other than ENOSPC must not resume however often tried
   o.fault_injector = std::move(faults);
   return o;
-}
-
-ObjectRecord Record(ObjectId id, const std::string& name, LayoutRef layout = nullptr) {
-  ObjectRecord r;
-  r.id = id;
-  r.parent = kRootId;
-  r.name = name;
-  r.type = layout ? ObjectType::kFile : ObjectType::kDirectory;
-  r.mode = 0644;
-  r.layout = std::move(layout);
-  return r;
-}
-
-LayoutRef SmallChunk(ChunkStore& store, char fill) {
-  auto w = store.NewWriter(nullptr);
-  EXPECT_TRUE(w.ok());
-  std::vector<char> data(64 << 10, fill);
-  EXPECT_TRUE((*w)->Write(0, data.data(), data.size()).ok());
-  auto l = (*w)->Finish();
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
-  return l.ok() ? *l : nullptr;
-}
-
-std::map<ObjectId, std::string> Names(const ChunkStore& store) {
-  std::map<ObjectId, std::string> out;
-  for (const auto& r : store.Records()) out[r.id] = r.name;
-  return out;
 }
 
 // Holds the first journal append until `release` is set, so every publisher has queued its
@@ -99,8 +76,8 @@ TEST(GroupCommit, ConcurrentPublishesShareOneJournalWrite) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
         MetaBatch b;
-        b.puts.push_back(Record(store.NewId(), "f" + std::to_string(t),
-                                SmallChunk(store, static_cast<char>('a' + t))));
+        b.puts.push_back(RootRecord(store.NewId(), "f" + std::to_string(t),
+                                    SmallChunk(store, static_cast<char>('a' + t))));
         auto token = store.Submit(b);
         ASSERT_TRUE(token.ok()) << token.status().ToString();
         {
@@ -176,19 +153,19 @@ void FailedJournalWriteUndoesAndGoesReadOnly(bool tear) {
     a = store.NewId();
     c = store.NewId();
     MetaBatch first;
-    first.puts.push_back(Record(a, "a", SmallChunk(store, 'a')));
-    first.puts.push_back(Record(c, "c"));
+    first.puts.push_back(RootRecord(a, "a", SmallChunk(store, 'a')));
+    first.puts.push_back(RootRecord(c, "c"));
     ASSERT_TRUE(store.Apply(first).ok());
 
     faults->armed = true;
     // A new file, a rename of `a` and a remove of `c`, all in one failing commit.
     b = store.NewId();
     MetaBatch publish;
-    publish.puts.push_back(Record(b, "b", SmallChunk(store, 'b')));
+    publish.puts.push_back(RootRecord(b, "b", SmallChunk(store, 'b')));
     LayoutRef a_layout;
     for (const auto& r : store.Records())
       if (r.id == a) a_layout = r.layout;
-    auto renamed = Record(a, "a-renamed", a_layout);
+    auto renamed = RootRecord(a, "a-renamed", a_layout);
     MetaBatch rename;
     rename.puts.push_back(renamed);
     rename.removes.push_back(c);
@@ -218,7 +195,7 @@ void FailedJournalWriteUndoesAndGoesReadOnly(bool tear) {
     faults->armed = false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     MetaBatch later;
-    later.puts.push_back(Record(store.NewId(), "later"));
+    later.puts.push_back(RootRecord(store.NewId(), "later"));
     Status st = store.Apply(later);
     EXPECT_EQ(st.err(), EROFS) << st.ToString();
     EXPECT_NE(st.message().find("read-only"), std::string::npos) << st.ToString();
@@ -238,7 +215,7 @@ void FailedJournalWriteUndoesAndGoesReadOnly(bool tear) {
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   EXPECT_EQ(Names(**reopened), (std::map<ObjectId, std::string>{{a, "a"}, {c, "c"}}));
   MetaBatch again;
-  again.puts.push_back(Record((*reopened)->NewId(), "again"));
+  again.puts.push_back(RootRecord((*reopened)->NewId(), "again"));
   EXPECT_TRUE((*reopened)->Apply(again).ok());
 }
 

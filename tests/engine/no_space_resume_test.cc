@@ -16,12 +16,16 @@
 
 #include "fillable_fs.h"
 #include "kvfs/local_engine.h"
+#include "root_records.h"
 #include "temp_dir.h"
 
 namespace kvfs {
 namespace {
 
 using testing::FillableFileSystem;
+using testing::Names;
+using testing::RootRecord;
+using testing::SmallChunk;
 using testing::TempDir;
 
 EngineOptions Opts(const std::string& dir, std::shared_ptr<FileSystem> fs = nullptr) {
@@ -32,33 +36,6 @@ EngineOptions Opts(const std::string& dir, std::shared_ptr<FileSystem> fs = null
   o.no_space_retry_ms = 5;
   o.file_system = std::move(fs);
   return o;
-}
-
-ObjectRecord Record(ObjectId id, const std::string& name, LayoutRef layout = nullptr) {
-  ObjectRecord r;
-  r.id = id;
-  r.parent = kRootId;
-  r.name = name;
-  r.type = layout ? ObjectType::kFile : ObjectType::kDirectory;
-  r.mode = 0644;
-  r.layout = std::move(layout);
-  return r;
-}
-
-LayoutRef Chunk(ChunkStore& store, char fill) {
-  auto w = store.NewWriter(nullptr);
-  EXPECT_TRUE(w.ok());
-  std::vector<char> data(64 << 10, fill);
-  EXPECT_TRUE((*w)->Write(0, data.data(), data.size()).ok());
-  auto l = (*w)->Finish();
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
-  return l.ok() ? *l : nullptr;
-}
-
-std::map<ObjectId, std::string> Names(const ChunkStore& store) {
-  std::map<ObjectId, std::string> out;
-  for (const auto& r : store.Records()) out[r.id] = r.name;
-  return out;
 }
 
 template <typename Pred>
@@ -90,20 +67,20 @@ TEST(NoSpace, TheStoreTakesChangesAgainOnceTheFileSystemHasRoom) {
     ChunkStore& store = **engine;
     a = store.NewId();
     MetaBatch first;
-    first.puts.push_back(Record(a, "a", Chunk(store, 'a')));
+    first.puts.push_back(RootRecord(a, "a", SmallChunk(store, 'a')));
     ASSERT_TRUE(store.Apply(first).ok());
     const std::vector<std::string> files = Files(dir.path());
 
     fs->full = true;
     b = store.NewId();
     MetaBatch lost;
-    lost.puts.push_back(Record(b, "b", Chunk(store, 'b')));
+    lost.puts.push_back(RootRecord(b, "b", SmallChunk(store, 'b')));
     auto token = store.Submit(lost);
     ASSERT_TRUE(token.ok()) << token.status().ToString();
     // Its caller waits only later, after the store has resumed (below).
     ASSERT_TRUE(WaitFor([&] { return !store.Stats().read_only.empty(); }));
     MetaBatch refused;
-    refused.puts.push_back(Record(store.NewId(), "refused"));
+    refused.puts.push_back(RootRecord(store.NewId(), "refused"));
     Status st = store.Apply(refused);
     EXPECT_EQ(st.err(), EROFS) << st.ToString();
     EXPECT_NE(st.message().find("once the file system"), std::string::npos) << st.ToString();
@@ -119,7 +96,7 @@ TEST(NoSpace, TheStoreTakesChangesAgainOnceTheFileSystemHasRoom) {
     fs->full = false;
     c = store.NewId();
     MetaBatch after;
-    after.puts.push_back(Record(c, "c", Chunk(store, 'c')));
+    after.puts.push_back(RootRecord(c, "c", SmallChunk(store, 'c')));
     ASSERT_TRUE(WaitFor([&] { return store.Apply(after).err() != EROFS; }));
     EXPECT_EQ(store.Stats().read_only, "");
     // The undone change stays undone for its caller, though newer changes are durable now.
