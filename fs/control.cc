@@ -344,6 +344,8 @@ nlohmann::json Control::NodesJson() {
                         {"etcd", v.etcd},
                         {"etcd_reachable", v.etcd_reachable},
                         {"revision", v.revision},
+                        {"etcd_history_s", v.etcd_history_s},
+                        {"compacted_revision", v.compacted_revision},
                         {"repair",
                          {{"pending", v.repair_pending},
                           {"repaired_chunks", v.repaired_chunks},

@@ -130,6 +130,7 @@ void ClusterStore::CompactHistory() {
                 "cluster: compacted etcd's history to revision {} (kept {} s of it)", target,
                 options_.etcd_history.count());
     compactor_.Done(now, target);
+    compacted_revision_ = compactor_.compacted();
     return;
   }
   spdlog::warn("cluster: compacting etcd's history to revision {} failed: {}", target,
@@ -389,6 +390,8 @@ ClusterView ClusterStore::Cluster() const {
   v.etcd = options_.etcd.endpoints;
   v.etcd_reachable = membership_->etcd_reachable();
   v.revision = log_->applied_revision();
+  v.etcd_history_s = static_cast<uint32_t>(options_.etcd_history.count());
+  v.compacted_revision = compacted_revision_.load();
   std::set<NodeId> listed;
   for (const MemberInfo& m : membership_->Members()) {
     NodeView n;

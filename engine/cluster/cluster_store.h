@@ -268,7 +268,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   };
 
   std::thread house_;
-  HistoryCompactor compactor_;  // the housekeeping thread's
+  HistoryCompactor compactor_;                  // the housekeeping thread's
+  std::atomic<int64_t> compacted_revision_{0};  // compactor_.compacted(), for Cluster()
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   std::mutex fetch_mu_;

@@ -60,6 +60,17 @@ void PrintTable(const nlohmann::json& doc) {
     std::printf("etcd %s (%s), namespace revision %s\n", endpoints.c_str(),
                 doc.value("etcd_reachable", false) ? "reachable" : "UNREACHABLE",
                 Text(doc, "revision").c_str());
+    const uint64_t history = Count(doc, "etcd_history_s");
+    const auto compacted = doc.value("compacted_revision", int64_t{0});
+    if (history == 0) {
+      std::printf("etcd history: kvfs does not compact it (etcd's own auto-compaction must)\n");
+    } else if (compacted > 0) {
+      std::printf("etcd history: %llu s kept; this node compacted it to revision %lld\n",
+                  static_cast<unsigned long long>(history), static_cast<long long>(compacted));
+    } else {
+      std::printf("etcd history: %llu s kept; compacted by the live node with the lowest id\n",
+                  static_cast<unsigned long long>(history));
+    }
     const auto& r = doc.value("repair", nlohmann::json::object());
     std::printf("repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s\n",
                 static_cast<unsigned long long>(Count(r, "pending")),

@@ -179,6 +179,10 @@ struct ClusterView {
   std::vector<std::string> etcd;  // endpoints; empty for a single node
   bool etcd_reachable = true;
   int64_t revision = 0;  // the namespace revision this node has applied
+  // etcd history kept (0: kvfs never compacts), and the revision this node compacted etcd to
+  // last (0: none; only the live node with the lowest id compacts).
+  uint32_t etcd_history_s = 0;
+  int64_t compacted_revision = 0;
   std::vector<NodeView> nodes;
   // Re-replication this node leads (chunks it holds whose live copies are fewer than R).
   uint64_t repair_pending = 0, repaired_chunks = 0, repaired_bytes = 0, repair_failures = 0;

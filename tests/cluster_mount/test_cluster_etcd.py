@@ -339,6 +339,12 @@ class ClusterEtcd(unittest.TestCase):
                    what="node 3's listing after it fell behind compaction")
         self.assertEqual(self.read(c, 3, f"h/f{(n - 1) % 20}"), b"v%d" % (n - 1))
         self.assertIn("compacted etcd's history", c.log(1))
+        nodes = c.nodes_json(1)  # what kvfsctl nodes shows
+        self.assertEqual(nodes["etcd_history_s"], 1)
+        self.assertGreaterEqual(nodes["compacted_revision"], mid)
+        self.assertEqual(c.nodes_json(3)["compacted_revision"], 0)
+        self.assertIn("this node compacted it to revision",
+                      c.kvfsctl("nodes", c.node(1).mnt).stdout)
 
         c.stop(1)
         after = c.etcd.revision()
