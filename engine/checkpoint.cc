@@ -70,6 +70,11 @@ Result<std::vector<std::string>> Checkpoint::List(FileSystem& fs, const std::str
 
 Status Checkpoint::Write(FileSystem& fs, const std::string& dir, uint64_t first_journal,
                          uint64_t next_id, const std::vector<ObjectRecord>& records) {
+  return Install(fs, dir, first_journal, Encode(first_journal, next_id, records));
+}
+
+std::string Checkpoint::Encode(uint64_t first_journal, uint64_t next_id,
+                               const std::vector<ObjectRecord>& records) {
   std::string payload;
   ByteWriter pw(&payload);
   for (const ObjectRecord& rec : records) RecordCodec::EncodeRecord(rec, pw);
@@ -85,6 +90,11 @@ Status Checkpoint::Write(FileSystem& fs, const std::string& dir, uint64_t first_
   w.U64(XXH3_64bits(payload.data(), payload.size()));
   w.U64(XXH3_64bits(file.data(), file.size()));
   file += payload;
+  return file;
+}
+
+Status Checkpoint::Install(FileSystem& fs, const std::string& dir, uint64_t first_journal,
+                           const std::string& file) {
   return WriteFileAtomically(fs, dir, FileName(first_journal), file);
 }
 

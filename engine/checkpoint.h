@@ -34,9 +34,14 @@ class Checkpoint {
   static std::string FileName(uint64_t first_journal);
   // Checkpoint file names in `dir`, newest first (the legacy one last).
   static Result<std::vector<std::string>> List(FileSystem& fs, const std::string& dir);
-  // Writes and installs a checkpoint (tmp + sync + rename + directory sync).
+  // Writes and installs a checkpoint (tmp + sync + rename + directory sync): Install(Encode()).
   static Status Write(FileSystem& fs, const std::string& dir, uint64_t first_journal,
                       uint64_t next_id, const std::vector<ObjectRecord>& records);
+  // The whole checkpoint file, and its installation.
+  static std::string Encode(uint64_t first_journal, uint64_t next_id,
+                            const std::vector<ObjectRecord>& records);
+  static Status Install(FileSystem& fs, const std::string& dir, uint64_t first_journal,
+                        const std::string& file);
   // Loads dir/name. ENOENT when there is none; EIO (corruption) when it does not verify.
   static Result<CheckpointData> Load(FileSystem& fs, const std::string& dir,
                                      const std::string& name);

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,6 +72,11 @@ class FileSystem {
   virtual Status MakeDirs(const std::string& dir) = 0;
   // An exclusive, non-blocking flock of `path` (created if missing); EBUSY when another holds it.
   virtual Result<std::unique_ptr<FileLock>> Lock(const std::string& path) = 0;
+  // Bytes an unprivileged writer may still use on the file system holding `dir` (statvfs
+  // f_bavail); ENOTSUP where the file system cannot say.
+  virtual Result<uint64_t> FreeBytes(const std::string& dir) {
+    return Status::Error(ENOTSUP, "free space of " + dir + " unknown");
+  }
 };
 
 }  // namespace kvfs

@@ -451,8 +451,17 @@ void LocalEngineImpl::TryResume(std::unique_lock<std::mutex>& lock) {
 Status LocalEngineImpl::ResumeJournal(const std::vector<ObjectRecord>& records, uint64_t next_id) {
   const std::string& dir = options_.data_dir;
   const uint64_t number = journal_->number() + 1;
+  const std::string checkpoint = Checkpoint::Encode(number, next_id, records);
+  // Not even tried without room for it and a little journal after it (kResumeMargin): a try
+  // that fails fills the file system to the last block for a moment, for every other program
+  // on it too.
+  if (Result<uint64_t> free = fs_->FreeBytes(dir);
+      free.ok() && *free < checkpoint.size() + kResumeMargin) {
+    return Status::NoSpace(std::to_string(*free) + " bytes free in " + dir + ", a checkpoint of " +
+                           std::to_string(checkpoint.size()) + " bytes and the journal need more");
+  }
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(*fs_, dir, number));
-  if (Status st = Checkpoint::Write(*fs_, dir, number, next_id, records); !st.ok()) {
+  if (Status st = Checkpoint::Install(*fs_, dir, number, checkpoint); !st.ok()) {
     // Gone again, with the blocks it reserved: a full file system must not fill up with the
     // empty journals of failed tries.
     next.reset();

@@ -87,6 +87,7 @@ class LocalEngineImpl final : public LocalEngine {
   // starting a new journal after it, so nothing of the failed journal's tail is replayed.
   void TryResume(std::unique_lock<std::mutex>& lock);
   Status ResumeJournal(const std::vector<ObjectRecord>& records, uint64_t next_id);
+  static constexpr uint64_t kResumeMargin = 1u << 20;
   // After a failed commit (mu_ held): takes `failed` and everything queued behind it back out
   // of the index, newest first, so the index matches the disk. Returns the ids it changed.
   std::vector<std::pair<ObjectId, std::optional<ObjectRecord>>> RollBack(

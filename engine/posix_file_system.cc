@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -135,6 +136,11 @@ class PosixFileSystem final : public FileSystem {
     ::close(fd);
     if (rc != 0) return Errno(err, "fsync " + dir);
     return Status::Ok();
+  }
+  Result<uint64_t> FreeBytes(const std::string& dir) override {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) return Errno(errno, "statvfs " + dir);
+    return uint64_t{st.f_bavail} * st.f_frsize;
   }
   Result<std::vector<std::string>> List(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());

@@ -2,6 +2,7 @@
 // fdatasyncs failing on demand, for the tests of a store whose file system fills up.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -15,13 +16,16 @@ namespace kvfs::testing {
 // The host's file system, except that while `full` every write and fallocate fails with
 // ENOSPC, as on a file system with no free block (the journal's reserved blocks used up),
 // but for writes that fit in the `room` left; and while `fail_sync` every fdatasync fails with
-// EIO (after the write reached the file).
+// EIO (after the write reached the file). FreeBytes says what is left (the room while full)
+// when `report_free`, else that it cannot tell.
 class FillableFileSystem : public FileSystem {
  public:
   std::atomic<bool> full{false};
   std::atomic<int64_t> room{0};
   std::atomic<bool> fail_sync{false};
-  std::atomic<int> refused{0};  // writes and fallocates failed
+  std::atomic<bool> report_free{true};
+  std::atomic<int> refused{0};     // writes and fallocates failed
+  std::atomic<int> free_asked{0};  // FreeBytes calls
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenOptions options) override {
     KVFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Open(path, options));
@@ -38,6 +42,11 @@ class FillableFileSystem : public FileSystem {
   Status MakeDirs(const std::string& dir) override { return base_->MakeDirs(dir); }
   Result<std::unique_ptr<FileLock>> Lock(const std::string& path) override {
     return base_->Lock(path);
+  }
+  Result<uint64_t> FreeBytes(const std::string& dir) override {
+    free_asked.fetch_add(1);
+    if (!report_free) return FileSystem::FreeBytes(dir);
+    return full ? static_cast<uint64_t>(std::max<int64_t>(room.load(), 0)) : uint64_t{1} << 40;
   }
 
  private:

@@ -86,11 +86,22 @@ TEST(NoSpace, TheStoreTakesChangesAgainOnceTheFileSystemHasRoom) {
     EXPECT_NE(st.message().find("once the file system"), std::string::npos) << st.ToString();
     EXPECT_NE(store.Stats().read_only.find("no space"), std::string::npos)
         << store.Stats().read_only;
-    // It keeps trying while the disk is full, and a failed try leaves no file behind (room
-    // for one new journal's header, none for the checkpoint after it).
+    // It keeps trying while the disk is full. Where the file system cannot say how much is
+    // free, a try writes until it fails and leaves no file behind (room for one new journal's
+    // header, none for the checkpoint after it).
+    fs->report_free = false;
     fs->room = 16;
     const int refused_before = fs->refused.load();
     ASSERT_TRUE(WaitFor([&] { return fs->refused.load() >= refused_before + 3; }));
+    EXPECT_EQ(Files(dir.path()), files);
+    // Where it can, a try without room for the checkpoint writes nothing at all: it would
+    // fill the file system to the last block for every other program on it.
+    fs->report_free = true;
+    const int asked = fs->free_asked.load();
+    ASSERT_TRUE(WaitFor([&] { return fs->free_asked.load() >= asked + 1; }));
+    const int refused_now = fs->refused.load();
+    ASSERT_TRUE(WaitFor([&] { return fs->free_asked.load() >= asked + 3; }));
+    EXPECT_EQ(fs->refused.load(), refused_now);
     EXPECT_EQ(Files(dir.path()), files);
 
     fs->full = false;
