@@ -114,10 +114,10 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
       [this](uint64_t needed, bool may_evict) { return Reclaim(needed, may_evict); });
   ctx_->SetCorruptionHandler(
       [this](const LayoutRef& layout, const Status& why) { DropCorrupt(layout, why); });
-  KVFS_ASSIGN_OR_RETURN(journal_,
+  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal,
                         Journal::OpenForAppend(*fs_, options_.data_dir, state.journal_number,
                                                state.journal_valid_bytes));
-  journal_->set_fault_injector(options_.fault_injector.get());
+  AdoptJournal(std::move(journal));
   KVFS_RETURN_IF_ERROR(fs_->SyncDir(options_.data_dir));
   damage_ = std::move(state.damage);
   for (const auto& d : ctx_->devices()) {
@@ -125,7 +125,6 @@ Status LocalEngineImpl::Start(RecoveredState state, std::vector<std::unique_ptr<
     ++damage_.superblocks;
     damage_.notes.push_back(d->path() + ": superblock restored from its backup copy");
   }
-  journal_bytes_ = journal_->size();
   spdlog::info("engine: opened {} ({} devices, {} objects, {} journal records replayed{}{})",
                options_.data_dir, ctx_->devices().size(), index_.objects(), state.replayed_records,
                state.truncated ? ", torn tail cut" : "",

@@ -257,7 +257,7 @@ void LocalEngineImpl::CommitLoop() {
       return stop_ || checkpoint_requests_ > checkpoints_done_ || flush_requested_ ||
              (!queue_.empty() && options_.durability == Durability::kClose);
     };
-    const bool resuming = !commit_error_.ok() && NoSpace(commit_error_);
+    const bool resuming = NoSpace(commit_error_);  // false while the store is writable
     if (options_.durability == Durability::kAsync) {
       work_cv_.wait_for(lock, interval, wake);
     } else if (resuming) {
@@ -402,9 +402,7 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
   const uint64_t old_number = journal_->number();
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> next, Journal::Create(*fs_, dir, old_number + 1));
   KVFS_RETURN_IF_ERROR(fs_->SyncDir(dir));
-  journal_ = std::move(next);
-  journal_->set_fault_injector(options_.fault_injector.get());
-  journal_bytes_ = journal_->size();
+  AdoptJournal(std::move(next));
   // If this fails, the older checkpoints plus every journal from them still describe the
   // state (the new, empty journal only continues it).
   KVFS_RETURN_IF_ERROR(Checkpoint::Write(*fs_, dir, old_number + 1, next_id, records));
@@ -448,6 +446,12 @@ void LocalEngineImpl::TryResume(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+void LocalEngineImpl::AdoptJournal(std::unique_ptr<Journal> next) {
+  journal_ = std::move(next);
+  journal_->set_fault_injector(options_.fault_injector.get());
+  journal_bytes_ = journal_->size();
+}
+
 Status LocalEngineImpl::ResumeJournal(const std::vector<ObjectRecord>& records, uint64_t next_id) {
   const std::string& dir = options_.data_dir;
   const uint64_t number = journal_->number() + 1;
@@ -468,9 +472,7 @@ Status LocalEngineImpl::ResumeJournal(const std::vector<ObjectRecord>& records, 
     (void)fs_->Unlink(dir + "/" + Journal::FileName(number));
     return st;
   }
-  journal_ = std::move(next);
-  journal_->set_fault_injector(options_.fault_injector.get());
-  journal_bytes_ = journal_->size();
+  AdoptJournal(std::move(next));
   if (Status st = Checkpoint::Prune(*fs_, dir); !st.ok()) {
     spdlog::warn("engine: cannot delete old checkpoints and journals: {}", st.ToString());
   }

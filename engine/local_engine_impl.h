@@ -104,6 +104,8 @@ class LocalEngineImpl final : public LocalEngine {
   void CommitLoop();
   Status CommitRecords(const std::vector<PendingCommit>& batch);
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
+  // Committer thread: appends go to `next` from now on (a checkpoint named it first to replay).
+  void AdoptJournal(std::unique_ptr<Journal> next);
 
   const EngineOptions options_;
   const std::shared_ptr<FileSystem> fs_;

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -235,9 +236,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::shared_ptr<std::vector<Committed::NewLayout>> replaced;
     size_t puts = 0, removes = 0;
     MetaBatch touched;  // the batch's objects (as removes) and names, to reset should it fail
-    // Set when placing the batch's chunks failed (it never reached etcd): its EROFS is this
-    // node's store turned read-only, not etcd unreachable (whose refusals are reset already).
-    std::shared_ptr<std::atomic<bool>> placement_failed;
+    // The placement of the batch's chunks (none without chunks to place). When it failed, the
+    // batch never reached etcd: its EROFS is this node's store turned read-only, not etcd
+    // unreachable (whose refusals are reset already).
+    std::shared_future<Result<MetaBatch>> placed;
   };
   std::unordered_map<uint64_t, PendingCommit> pending_;
 

@@ -70,21 +70,18 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
     }
   }
   Result<uint64_t> token = Status::Ok();
-  std::shared_ptr<std::atomic<bool>> placement_failed;  // only batches with chunks to place
+  std::shared_future<Result<MetaBatch>> placed;  // only batches with chunks to place
   if (!fresh) {
     token = log_->Submit(std::move(batch));
   } else {
-    placement_failed = std::make_shared<std::atomic<bool>>(false);
     // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
     // commit; the committer takes this one in its turn, once placed.
-    auto prepared = placing_
-                        ->Async([this, b = std::move(batch), replaced, placement_failed]() mutable {
-                          Result<MetaBatch> placed = Prepare(std::move(b), replaced);
-                          if (!placed.ok()) placement_failed->store(true);
-                          return placed;
-                        })
-                        .share();
-    token = log_->Submit(prepared);
+    placed = placing_
+                 ->Async([this, b = std::move(batch), replaced]() mutable {
+                   return Prepare(std::move(b), replaced);
+                 })
+                 .share();
+    token = log_->Submit(placed);
   }
   if (!token.ok()) {
     if (token.status().err() == EROFS) log_->NoteFailed(in);  // etcd went away just now
@@ -97,7 +94,7 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   for (const ObjectRecord& put : in.puts) touched.removes.push_back(put.id);
   std::lock_guard lock(mu_);
   pending_[*token] = PendingCommit{std::move(replaced), in.puts.size(), in.removes.size(),
-                                   std::move(touched), std::move(placement_failed)};
+                                   std::move(touched), std::move(placed)};
   return token;
 }
 
@@ -205,7 +202,10 @@ Result<Committed> ClusterStore::AwaitCommitted(uint64_t token) {
     // the same way. (Before, a placement refused by a read-only store, EROFS too, was never
     // reset: the node showed the failed files' names, which no other node had, until restart.)
     const Status& st = done.status();
-    const bool placement = pending.placement_failed && pending.placement_failed->load();
+    const bool placement =
+        pending.placed.valid() &&
+        pending.placed.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+        !pending.placed.get().ok();
     if (st.err() != ESHUTDOWN &&
         (placement || (!st.IsConflict() && st.err() != EEXIST && st.err() != EROFS)))
       log_->NoteFailed(pending.touched);

@@ -27,10 +27,7 @@ using testing::SmallChunk;
 using testing::TempDir;
 
 EngineOptions Opts(const std::string& dir, std::shared_ptr<IoFaultInjector> faults = nullptr) {
-  EngineOptions o;
-  o.data_dir = dir;
-  o.capacity = 64ull << 20;
-  o.queue_depth = 4;
+  EngineOptions o = testing::SmallEngineOptions(dir);
   o.no_space_retry_ms = 1;  // a failure other than ENOSPC must not resume however often tried
   o.fault_injector = std::move(faults);
   return o;

@@ -29,10 +29,7 @@ using testing::SmallChunk;
 using testing::TempDir;
 
 EngineOptions Opts(const std::string& dir, std::shared_ptr<FileSystem> fs = nullptr) {
-  EngineOptions o;
-  o.data_dir = dir;
-  o.capacity = 64ull << 20;
-  o.queue_depth = 4;
+  EngineOptions o = testing::SmallEngineOptions(dir);
   o.no_space_retry_ms = 5;
   o.file_system = std::move(fs);
   return o;

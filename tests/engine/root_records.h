@@ -1,5 +1,6 @@
-// Helpers of the engine tests that publish a few small files and directories at the root:
-// their records, a 64 KiB chunk of one byte value, and the names a store holds.
+// Helpers of the engine tests that publish a few small files and directories at the root: a
+// small engine's options, their records, a 64 KiB chunk of one byte value, and the names a
+// store holds.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,8 +11,18 @@
 #include <vector>
 
 #include "kvfs/chunk_store.h"
+#include "kvfs/local_engine.h"
 
 namespace kvfs::testing {
+
+// 64 MiB in one device file under `dir`, a shallow queue.
+inline EngineOptions SmallEngineOptions(const std::string& dir) {
+  EngineOptions o;
+  o.data_dir = dir;
+  o.capacity = 64ull << 20;
+  o.queue_depth = 4;
+  return o;
+}
 
 // A file at the root when `layout` is set, else a directory.
 inline ObjectRecord RootRecord(ObjectId id, const std::string& name, LayoutRef layout = nullptr) {
