@@ -246,7 +246,11 @@ std::string EncodeLeaseGrant(int64_t ttl_seconds) {
 std::string EncodeLeaseId(int64_t lease) { return json{{"ID", std::to_string(lease)}}.dump(); }
 
 std::string EncodeCompact(int64_t revision) {
-  return json{{"revision", std::to_string(revision)}, {"physical", true}}.dump();
+  // Not physical: etcd refuses reads below the revision as soon as it takes the request, and
+  // removing the old versions from its database can take longer than a request may (seconds
+  // after 150,000 names were written), which would fail every compaction and hold up the
+  // caller's thread.
+  return json{{"revision", std::to_string(revision)}, {"physical", false}}.dump();
 }
 
 Result<RangeResponse> DecodeRange(std::string_view body) {

@@ -88,6 +88,7 @@ Status ClusterStore::Start() {
   };
   hooks.writable = [this] { return membership_->etcd_reachable(); };
   hooks.unreachable = [this](const Status& why) { membership_->NoteUnreachable(why); };
+  hooks.lease = [this] { return membership_->lease(); };
   hooks.committed = [this](uint64_t seq, int64_t revision) {
     if (StoreListener* l = listener_.load()) l->OnCommitted(seq, static_cast<uint64_t>(revision));
   };
@@ -110,6 +111,7 @@ Status ClusterStore::Start() {
       if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
       ProbeSuspects();
+      log_->ReleaseScanHold();
       CompactHistory();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
@@ -120,10 +122,29 @@ Status ClusterStore::Start() {
 void ClusterStore::CompactHistory() {
   const auto now = std::chrono::steady_clock::now();
   // The revision this node has applied: etcd was there or past it by now.
-  const int64_t target = compactor_.Due(now, log_->applied_revision());
+  int64_t target = compactor_.Due(now, log_->applied_revision());
   if (target == 0 || !membership_->etcd_reachable()) return;
   const std::vector<MemberInfo> members = membership_->Members();
   if (members.empty() || members.front().id != options_.node_id) return;  // not the lowest id
+  // Never past a node's read of the whole namespace (NamespaceLog::HeldScan).
+  etcd::RangeRequest holds;
+  holds.key = keys_.ScanHoldPrefix();
+  holds.range_end = etcd::PrefixEnd(holds.key);
+  holds.keys_only = true;
+  auto held = etcd_->Range(holds);
+  if (!held.ok()) return;  // again in a second
+  for (const etcd::KeyValue& kv : held->kvs) {
+    // Only what kvfs writes: a hold without a lease (by hand) would stop compaction for good.
+    auto node = keys_.ParseScanHold(kv.key);
+    if (!node || kv.lease == 0 || kv.mod_revision >= target) continue;
+    target = kv.mod_revision;
+    if (held_at_ != kv.mod_revision) {
+      held_at_ = kv.mod_revision;
+      spdlog::info("cluster: compaction held at revision {} while node {} reads the namespace",
+                   held_at_, *node);
+    }
+  }
+  if (target <= compactor_.compacted()) return;
   Status st = etcd_->Compact(target);
   if (st.ok() || etcd::IsCompacted(st)) {
     spdlog::log(compactor_.compacted() == 0 ? spdlog::level::info : spdlog::level::debug,

@@ -271,6 +271,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
 
   std::thread house_;
   HistoryCompactor compactor_;                  // the housekeeping thread's
+  int64_t held_at_ = 0;                         // the last compaction hold logged (same)
   std::atomic<int64_t> compacted_revision_{0};  // compactor_.compacted(), for Cluster()
   std::mutex house_mu_;
   std::condition_variable house_cv_;

@@ -70,6 +70,8 @@ class Membership {
   // Live, not draining: where new copies may go.
   std::vector<NodeId> PlacementTargets() const;
   bool etcd_reachable() const { return reachable_.load(); }
+  // The lease this node is registered under (0: none at the moment).
+  int64_t lease() const { return lease_.load(); }
   // A namespace change found etcd unreachable: refuse changes from now on (one log line, not
   // one per change) and have the renewal loop find out at once, then every half second, when
   // etcd is back, instead of at its next keepalive.

@@ -50,6 +50,9 @@ std::optional<uint64_t> ParseHex16(std::string_view s) {
 
 std::string NamespaceKeys::Member(uint16_t node) const { return MemberPrefix() + Node5(node); }
 std::string NamespaceKeys::Drain(uint16_t node) const { return DrainPrefix() + Node5(node); }
+std::string NamespaceKeys::ScanHold(uint16_t node) const {
+  return ScanHoldPrefix() + Node5(node);
+}
 std::string NamespaceKeys::Record(ObjectId id) const { return RecordPrefix() + Hex16(id); }
 
 std::string NamespaceKeys::Name(uint64_t parent, std::string_view name) const {
@@ -76,6 +79,12 @@ std::optional<uint16_t> NamespaceKeys::ParseMember(std::string_view key) const {
 
 std::optional<uint16_t> NamespaceKeys::ParseDrain(std::string_view key) const {
   const std::string p = DrainPrefix();
+  if (key.substr(0, p.size()) != p) return std::nullopt;
+  return ParseNode5(key.substr(p.size()));
+}
+
+std::optional<uint16_t> NamespaceKeys::ParseScanHold(std::string_view key) const {
+  const std::string p = ScanHoldPrefix();
   if (key.substr(0, p.size()) != p) return std::nullopt;
   return ParseNode5(key.substr(p.size()));
 }

@@ -62,6 +62,9 @@ struct NamespaceLogHooks {
   std::function<void(uint64_t seq, int64_t revision)> committed;
   // A change found etcd unreachable: later ones are refused up front until it answers again.
   std::function<void(const Status&)> unreachable;
+  // The node's lease (0: none): a read of the whole namespace holds compaction under it, so
+  // the hold goes with the node if it dies midway.
+  std::function<int64_t()> lease;
 };
 
 struct NamespaceLogOptions {
@@ -85,6 +88,10 @@ class NamespaceLog {
   // Drops the watch stream and opens it again (etcd was unreachable and is back).
   void RestartWatch();
   int64_t applied_revision() const { return applied_.load(); }
+  // Releases a compaction hold whose release failed (etcd unreachable), or that waits for a
+  // watch open a while with nothing to deliver; nothing while a read holds it. Called about
+  // once a second.
+  void ReleaseScanHold();
   // The highest id this node ever committed (ids carry the node in their high 16 bits).
   Result<ObjectId> HighestId(NodeId node);
 
@@ -204,6 +211,13 @@ class NamespaceLog {
   // applied (wiped, or restored from an older backup): every record not in it goes, whatever
   // revision it carries, and what this node noted of its own old commits is forgotten.
   Status Resync(bool history_lost = false);
+  // ScanRecords with compaction held at its revision until the watch after it runs
+  // (namespace_scan_hold.cc).
+  Result<int64_t> HeldScan(const std::function<void(ObjectRecord&&)>& fn);
+  void ReleaseHoldLocked();  // hold_mu_ held
+  // The watch opened / is up to date: a hold waiting for it may go.
+  void NoteWatchOpened();
+  void WatchDelivered();
   // Whether a watch answer hints that etcd lost the history this node applied: another cluster
   // id than before, or a revision behind the applied one (also what a lagging member of a
   // several-member etcd says, so CheckHistory decides). Watch thread only.
@@ -238,6 +252,12 @@ class NamespaceLog {
   bool started_ = false;
   uint64_t etcd_cluster_id_ = 0;  // the watch thread's: the etcd cluster it has read from
   std::string epoch_;             // the epoch of the history applied (Load, then watch thread)
+  // The compaction hold (namespace_scan_hold.cc). hold_mu_ is held for a whole HeldScan.
+  enum class Hold { kNone, kUntilWatching, kLeft };
+  std::mutex hold_mu_;
+  Hold hold_ = Hold::kNone;                       // guarded by hold_mu_
+  std::atomic<bool> hold_waits_for_watch_{false};  // hold_ == kUntilWatching, lock-free
+  std::atomic<int64_t> watch_opened_ms_{0};        // steady ms the watch opened after it
 
   // Commit queue.
   mutable std::mutex mu_;

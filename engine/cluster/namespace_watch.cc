@@ -55,7 +55,7 @@ Status NamespaceLog::Load(const std::function<void(ObjectRecord&&)>& fn) {
     ++n;
     fn(std::move(rec));
   };
-  KVFS_ASSIGN_OR_RETURN(int64_t revision, ScanRecords(etcd_, *keys_, options_.page, counting));
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, HeldScan(counting));
   applied_ = revision;
   spdlog::info(
       "cluster: loaded {} namespace records at revision {} in {} ms", n, revision,
@@ -109,7 +109,7 @@ Status NamespaceLog::Resync(bool history_lost) {
     page.push_back(std::move(rec));
     if (page.size() >= options_.page) flush();
   };
-  KVFS_ASSIGN_OR_RETURN(int64_t revision, ScanRecords(etcd_, *keys_, options_.page, collect));
+  KVFS_ASSIGN_OR_RETURN(int64_t revision, HeldScan(collect));
   flush();
   {
     std::lock_guard lock(mu_);
@@ -248,6 +248,7 @@ void NamespaceLog::WatchLoop() {
     w.range_end = etcd::PrefixEnd(keys_->RecordPrefix());
     w.start_revision = applied_.load() + 1;
     std::atomic<bool> stop_this{false};
+    NoteWatchOpened();
     Status st = etcd_->Watch(
         w,
         [&](const etcd::WatchResponse& resp) {
@@ -256,6 +257,9 @@ void NamespaceLog::WatchLoop() {
             doubtful = true;
             return false;
           }
+          // Changes up to etcd's newest revision: the watch is up to date.
+          if (!resp.events.empty() && resp.events.back().kv.mod_revision >= resp.revision)
+            WatchDelivered();
           // One response holds whole revisions, in order.
           std::vector<etcd::Event> group;
           int64_t rev = 0;
