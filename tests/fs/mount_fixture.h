@@ -33,6 +33,8 @@ class MountTest : public ::testing::Test {
   // Runs a shell command, returns its exit status; output in *out when given.
   static int Shell(const std::string& cmd, std::string* out = nullptr);
   std::string DaemonLog() const;
+  // Each thread of a process: name, wait channel and kernel stack (/proc, root).
+  static std::string ThreadsOf(pid_t pid);
   // .kvfs/stats as numbers.
   std::map<std::string, uint64_t> Stats() const;
   // RELEASE comes after close(2) returns: waits until the daemon holds no open file.
