@@ -50,9 +50,7 @@ std::optional<uint64_t> ParseHex16(std::string_view s) {
 
 std::string NamespaceKeys::Member(uint16_t node) const { return MemberPrefix() + Node5(node); }
 std::string NamespaceKeys::Drain(uint16_t node) const { return DrainPrefix() + Node5(node); }
-std::string NamespaceKeys::ScanHold(uint16_t node) const {
-  return ScanHoldPrefix() + Node5(node);
-}
+std::string NamespaceKeys::ScanHold(uint16_t node) const { return ScanHoldPrefix() + Node5(node); }
 std::string NamespaceKeys::Record(ObjectId id) const { return RecordPrefix() + Hex16(id); }
 
 std::string NamespaceKeys::Name(uint64_t parent, std::string_view name) const {

@@ -255,7 +255,7 @@ class NamespaceLog {
   // The compaction hold (namespace_scan_hold.cc). hold_mu_ is held for a whole HeldScan.
   enum class Hold { kNone, kUntilWatching, kLeft };
   std::mutex hold_mu_;
-  Hold hold_ = Hold::kNone;                       // guarded by hold_mu_
+  Hold hold_ = Hold::kNone;                        // guarded by hold_mu_
   std::atomic<bool> hold_waits_for_watch_{false};  // hold_ == kUntilWatching, lock-free
   std::atomic<int64_t> watch_opened_ms_{0};        // steady ms the watch opened after it
 
