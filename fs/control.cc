@@ -346,6 +346,8 @@ nlohmann::json Control::NodesJson() {
                         {"revision", v.revision},
                         {"etcd_history_s", v.etcd_history_s},
                         {"compacted_revision", v.compacted_revision},
+                        {"compaction_held", {{"revision", v.compaction_held_at},
+                                             {"by_node", v.compaction_held_by}}},
                         {"repair",
                          {{"pending", v.repair_pending},
                           {"repaired_chunks", v.repaired_chunks},

@@ -133,17 +133,21 @@ void ClusterStore::CompactHistory() {
   holds.keys_only = true;
   auto held = etcd_->Range(holds);
   if (!held.ok()) return;  // again in a second
+  uint16_t held_by = 0;
   for (const etcd::KeyValue& kv : held->kvs) {
     // Only what kvfs writes: a hold without a lease (by hand) would stop compaction for good.
     auto node = keys_.ParseScanHold(kv.key);
     if (!node || kv.lease == 0 || kv.mod_revision >= target) continue;
     target = kv.mod_revision;
-    if (held_at_ != kv.mod_revision) {
-      held_at_ = kv.mod_revision;
-      spdlog::info("cluster: compaction held at revision {} while node {} reads the namespace",
-                   held_at_, *node);
-    }
+    held_by = *node;
   }
+  const int64_t held_at = held_by != 0 ? target : 0;
+  if (held_by != 0 && held_at != compaction_held_at_.load()) {
+    spdlog::info("cluster: compaction held at revision {} while node {} reads the namespace",
+                 held_at, held_by);
+  }
+  compaction_held_at_ = held_at;
+  compaction_held_by_ = held_by;
   if (target <= compactor_.compacted()) return;
   Status st = etcd_->Compact(target);
   if (st.ok() || etcd::IsCompacted(st)) {
@@ -413,6 +417,8 @@ ClusterView ClusterStore::Cluster() const {
   v.revision = log_->applied_revision();
   v.etcd_history_s = static_cast<uint32_t>(options_.etcd_history.count());
   v.compacted_revision = compacted_revision_.load();
+  v.compaction_held_at = compaction_held_at_.load();
+  v.compaction_held_by = compaction_held_by_.load();
   std::set<NodeId> listed;
   for (const MemberInfo& m : membership_->Members()) {
     NodeView n;

@@ -271,7 +271,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
 
   std::thread house_;
   HistoryCompactor compactor_;                  // the housekeeping thread's
-  int64_t held_at_ = 0;                         // the last compaction hold logged (same)
+  // The hold the last compaction stopped at (0: none), for Cluster().
+  std::atomic<int64_t> compaction_held_at_{0};
+  std::atomic<uint16_t> compaction_held_by_{0};
   std::atomic<int64_t> compacted_revision_{0};  // compactor_.compacted(), for Cluster()
   std::mutex house_mu_;
   std::condition_variable house_cv_;

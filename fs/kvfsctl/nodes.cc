@@ -71,6 +71,13 @@ void PrintTable(const nlohmann::json& doc) {
       std::printf("etcd history: %llu s kept; compacted by the live node with the lowest id\n",
                   static_cast<unsigned long long>(history));
     }
+    const auto& held = doc.value("compaction_held", nlohmann::json::object());
+    if (Count(held, "revision") > 0) {
+      std::printf("etcd history: compaction held at revision %llu while node %llu reads the "
+                  "namespace\n",
+                  static_cast<unsigned long long>(Count(held, "revision")),
+                  static_cast<unsigned long long>(Count(held, "by_node")));
+    }
     const auto& r = doc.value("repair", nlohmann::json::object());
     std::printf("repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s\n",
                 static_cast<unsigned long long>(Count(r, "pending")),

@@ -183,6 +183,10 @@ struct ClusterView {
   // last (0: none; only the live node with the lowest id compacts).
   uint32_t etcd_history_s = 0;
   int64_t compacted_revision = 0;
+  // On the compacting node: the hold its last compaction stopped at (a node reading the
+  // whole namespace), 0 for none.
+  int64_t compaction_held_at = 0;
+  uint16_t compaction_held_by = 0;
   std::vector<NodeView> nodes;
   // Re-replication this node leads (chunks it holds whose live copies are fewer than R).
   uint64_t repair_pending = 0, repaired_chunks = 0, repaired_bytes = 0, repair_failures = 0;

@@ -381,6 +381,44 @@ class ClusterEtcd(unittest.TestCase):
         self.assertIn("compacted etcd's history", c.log(2))
         self.assertNotIn("compacted etcd's history", c.log(3))  # never the lowest live node
 
+    def test_a_compaction_hold_stops_compaction_until_its_lease_goes(self):
+        # What a node reading the whole namespace puts (s/<node> under its lease), put here by
+        # hand: node 1 compacts up to its revision and no further, kvfsctl nodes says why, and
+        # once the lease is gone (the reading node died) compaction goes on.
+        c = self.cluster(n=1, replicas=1, extra_args=["--etcd-history", "1"])
+        os.mkdir(c.path(1, "h"))
+        lease = c.etcd.call("/v3/lease/grant", {"TTL": 60})["ID"]
+        put = c.etcd.call("/v3/kv/put", {"key": base64.b64encode(b"/kvfs/s/00002").decode(),
+                                          "value": "", "lease": lease})
+        hold = int(put["header"]["revision"])
+        stop = threading.Event()
+
+        def publish():
+            n = 0
+            while not stop.is_set():
+                write_file_atomic(c.path(1, f"h/f{n % 20}"), b"v%d" % n)
+                n += 1
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        try:
+            wait_until(lambda: c.nodes_json(1)["compacted_revision"] == hold, 15, 0.2,
+                       what=f"node 1 compacts up to the hold at {hold}")
+            time.sleep(2.5)  # two more chances to compact past it
+            nodes = c.nodes_json(1)
+            self.assertEqual(nodes["compacted_revision"], hold)
+            self.assertEqual(nodes["compaction_held"], {"revision": hold, "by_node": 2})
+            self.assertGreater(c.etcd.revision(), hold + 50)
+            self.assertIn(f"compaction held at revision {hold} while node 2 reads",
+                          c.kvfsctl("nodes", c.node(1).mnt).stdout)
+            c.etcd.call("/v3/lease/revoke", {"ID": lease})
+            wait_until(lambda: c.nodes_json(1)["compacted_revision"] > hold, 15, 0.2,
+                       what="node 1 compacts past the hold once its lease is gone")
+            self.assertEqual(c.nodes_json(1)["compaction_held"]["revision"], 0)
+        finally:
+            stop.set()
+            publisher.join()
+
     def test_a_late_joiner_reads_a_namespace_longer_than_the_history_kept(self):
         # A node reads the whole namespace at one revision when it starts (and when its watch
         # fell behind compaction). With 1 s of history kept and node 1 publishing all along,
