@@ -16,14 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "etcd_server.h"
+#include "etcd_fixture.h"
 #include "forwarding_etcd_client.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
 namespace {
-
-using kvfs::testing::EtcdServer;
 
 // Forwards to a real client and counts reads: single-key ranges and read-only transactions
 // (what a reset sends). While `slow` is set, a read of another thread than the test's (the
@@ -87,14 +85,11 @@ struct ResetCall {
   ResetOrigin origin;
 };
 
-class NamespaceLogTest : public ::testing::Test {
+class NamespaceLogTest : public kvfs::testing::EtcdFixture {
  protected:
   void SetUp() override {
-    Status st = server_.Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    auto c = server_.NewClient();
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(*c);
+    EtcdFixture::SetUp();
+    if (HasFatalFailure()) return;
     slow_ = std::make_unique<SlowResetClient>(client_.get());
   }
   // `watch_resets`: whether the watch thread runs its own reset of refused changes (the
@@ -189,8 +184,6 @@ class NamespaceLogTest : public ::testing::Test {
     return got.ok() && !got->kvs.empty() ? got->kvs[0].value : "";
   }
 
-  EtcdServer server_;
-  std::unique_ptr<etcd::Client> client_;
   std::unique_ptr<SlowResetClient> slow_;
   NamespaceKeys keys_{"/kvfs/"};
   std::unique_ptr<NamespaceLog> log_;

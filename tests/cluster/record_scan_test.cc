@@ -12,14 +12,12 @@
 #include <map>
 #include <memory>
 
-#include "etcd_server.h"
+#include "etcd_fixture.h"
 #include "forwarding_etcd_client.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
 namespace {
-
-using kvfs::testing::EtcdServer;
 
 // Forwards to a real client and adds up how many keys each range read covered.
 class CountingClient : public kvfs::testing::ForwardingEtcdClient {
@@ -36,16 +34,8 @@ class CountingClient : public kvfs::testing::ForwardingEtcdClient {
   uint64_t keys_visited = 0;
 };
 
-class RecordScanTest : public ::testing::Test {
+class RecordScanTest : public kvfs::testing::EtcdFixture {
  protected:
-  void SetUp() override {
-    Status st = server_.Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    auto c = server_.NewClient();
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(*c);
-  }
-
   static std::string Value(ObjectId id) {
     ObjectRecord r;
     r.id = id;
@@ -71,8 +61,6 @@ class RecordScanTest : public ::testing::Test {
     }
   }
 
-  EtcdServer server_;
-  std::unique_ptr<etcd::Client> client_;
   NamespaceKeys keys_{"/kvfs/"};
 };
 

@@ -8,15 +8,13 @@
 #include <chrono>
 #include <thread>
 
-#include "etcd_server.h"
+#include "etcd_fixture.h"
 #include "forwarding_etcd_client.h"
 #include "namespace_log.h"
 #include "record_value.h"
 
 namespace kvfs::cluster {
 namespace {
-
-using kvfs::testing::EtcdServer;
 
 // Fails the deletes of hold keys while `fail_releases` is set, and counts the reads of records
 // made while the hold key already existed.
@@ -52,14 +50,11 @@ class HoldClient : public kvfs::testing::ForwardingEtcdClient {
   const NamespaceKeys* keys_;
 };
 
-class ScanHoldTest : public ::testing::Test {
+class ScanHoldTest : public kvfs::testing::EtcdFixture {
  protected:
   void SetUp() override {
-    Status st = server_.Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    auto c = server_.NewClient();
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(*c);
+    EtcdFixture::SetUp();
+    if (HasFatalFailure()) return;
     hold_client_ = std::make_unique<HoldClient>(client_.get(), &keys_);
     auto lease = client_->LeaseGrant(60);
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
@@ -103,8 +98,6 @@ class ScanHoldTest : public ::testing::Test {
     return true;
   }
 
-  EtcdServer server_;
-  std::unique_ptr<etcd::Client> client_;
   NamespaceKeys keys_{"/kvfs/"};
   std::unique_ptr<HoldClient> hold_client_;
   std::unique_ptr<NamespaceLog> log_;
