@@ -48,10 +48,11 @@ Result<int64_t> NamespaceLog::HeldScan(const std::function<void(ObjectRecord&&)>
     }
   }
   Result<int64_t> revision = ScanRecords(etcd_, *keys_, options_.page, fn);
-  if (held) {
-    hold_ = revision.ok() ? Hold::kUntilWatching : Hold::kLeft;
-    hold_waits_for_watch_ = revision.ok();
-    if (!revision.ok()) ReleaseHoldLocked();  // no watch starts from a failed read
+  if (held && revision.ok()) {
+    hold_ = Hold::kUntilWatching;
+    hold_waits_for_watch_ = true;
+  } else if (held) {
+    ReleaseHoldLocked();  // no watch starts from a failed read
   }
   return revision;
 }
