@@ -285,16 +285,10 @@ void LocalEngineImpl::CommitLoop() {
     }
     const bool checkpoint = stopping || ckpt_request > checkpoints_done_ ||
                             journal_->size() + batch_bytes > options_.journal_checkpoint_bytes;
-    std::vector<ObjectRecord> snapshot;
-    uint64_t snapshot_next_id = 0;
-    PolicyState policy_state;
-    if (checkpoint && commit_error_.ok()) {
-      policy_state = eviction_->Snapshot();
-      // Taken together with the queue swap: the snapshot holds exactly the batches written
-      // to the current journal, and later batches go to the next one.
-      snapshot = index_.Snapshot();
-      snapshot_next_id = std::max<uint64_t>(id_limit_.load(), next_id_.load());
-    }
+    // Taken together with the queue swap: the image holds exactly the batches written to the
+    // current journal, and later batches go to the next one.
+    CheckpointImage image;
+    if (checkpoint && commit_error_.ok()) image = TakeCheckpointImage();
     const bool failed_before = !commit_error_.ok();
     lock.unlock();
 
@@ -303,16 +297,13 @@ void LocalEngineImpl::CommitLoop() {
     if (failed_before) {
       ckpt_st = Status::IoError("journal failed earlier");
     } else if (st.ok() && checkpoint) {
-      ckpt_st = WriteCheckpoint(snapshot, snapshot_next_id);
+      ckpt_st = WriteCheckpoint(image.records, image.next_id);
       if (!ckpt_st.ok()) spdlog::error("engine: checkpoint failed: {}", ckpt_st.ToString());
-      // Best effort: without it the policy's order is rebuilt from the index at open.
-      if (Status ps = PolicyStateFile::Write(*fs_, options_.data_dir, policy_state); !ps.ok()) {
-        spdlog::warn("engine: cannot save the eviction state: {}", ps.ToString());
-      }
+      SavePolicyState(image.policy);
     } else if (!st.ok()) {
       ckpt_st = st;
     }
-    snapshot.clear();
+    image = {};
     if (st.ok() && !failed_before) {
       batch.clear();  // durable: the dropped layouts may now free their extents
       committing_free_ = 0;
@@ -412,17 +403,11 @@ Status LocalEngineImpl::WriteCheckpoint(const std::vector<ObjectRecord>& records
 void LocalEngineImpl::TryResume(std::unique_lock<std::mutex>& lock) {
   // Nothing is queued (every change is refused while read-only): the index is the state the
   // disk holds, and a checkpoint of it is a clean start for a new journal.
-  std::vector<ObjectRecord> snapshot = index_.Snapshot();
-  const uint64_t next_id = std::max<uint64_t>(id_limit_.load(), next_id_.load());
-  PolicyState policy_state = eviction_->Snapshot();
+  CheckpointImage image = TakeCheckpointImage();
   lock.unlock();
-  Status st = ResumeJournal(snapshot, next_id);
-  if (st.ok()) {
-    if (Status ps = PolicyStateFile::Write(*fs_, options_.data_dir, policy_state); !ps.ok()) {
-      spdlog::warn("engine: cannot save the eviction state: {}", ps.ToString());
-    }
-  }
-  snapshot.clear();
+  Status st = ResumeJournal(image.records, image.next_id);
+  if (st.ok()) SavePolicyState(image.policy);
+  image = {};
   lock.lock();
   if (st.ok()) {
     spdlog::warn("engine: the store is writable again after {} tries: a checkpoint fits now ({})",
@@ -443,6 +428,17 @@ void LocalEngineImpl::TryResume(std::unique_lock<std::mutex>& lock) {
   if (resume_tries_ == 1 || resume_tries_ % 16 == 0) {
     spdlog::warn("engine: still read-only: try {} to write a checkpoint failed: {}", resume_tries_,
                  st.ToString());
+  }
+}
+
+LocalEngineImpl::CheckpointImage LocalEngineImpl::TakeCheckpointImage() {
+  return {index_.Snapshot(), std::max<uint64_t>(id_limit_.load(), next_id_.load()),
+          eviction_->Snapshot()};
+}
+
+void LocalEngineImpl::SavePolicyState(const PolicyState& state) {
+  if (Status st = PolicyStateFile::Write(*fs_, options_.data_dir, state); !st.ok()) {
+    spdlog::warn("engine: cannot save the eviction state: {}", st.ToString());
   }
 }
 

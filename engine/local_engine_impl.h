@@ -104,6 +104,16 @@ class LocalEngineImpl final : public LocalEngine {
   void CommitLoop();
   Status CommitRecords(const std::vector<PendingCommit>& batch);
   Status WriteCheckpoint(const std::vector<ObjectRecord>& records, uint64_t next_id);
+  // What a checkpoint writes, taken under mu_ (with the queue swap, or while nothing is queued)
+  // and written without it: the index, the next id, and the eviction policy's order.
+  struct CheckpointImage {
+    std::vector<ObjectRecord> records;
+    uint64_t next_id = 0;
+    PolicyState policy;
+  };
+  CheckpointImage TakeCheckpointImage();  // mu_ held
+  // Best effort: without it the policy's order is rebuilt from the index at open.
+  void SavePolicyState(const PolicyState& state);
   // Committer thread: appends go to `next` from now on (a checkpoint named it first to replay).
   void AdoptJournal(std::unique_ptr<Journal> next);
 
