@@ -87,7 +87,7 @@ Status Namespace::Load() {
   // Streamed: a namespace of millions of records is never held twice. The first names wait
   // here until their directories are linked, then live in the directories only.
   std::vector<std::pair<uint64_t, std::string>> first_names;
-  KVFS_RETURN_IF_ERROR(store_->LoadRecords([&](ObjectRecord&& rec) {
+  auto take = [&](ObjectRecord&& rec) {
     if (rec.id == kRootId || rec.id == kInvalidId) return;
     auto in = std::make_unique<Inode>();
     in->journaled = true;
@@ -95,7 +95,12 @@ Status Namespace::Load() {
     first_names.emplace_back(rec.id, std::move(rec.name));
     in->rec = std::move(rec);
     inodes_.Put(std::move(in));
-  }));
+  };
+  auto start_over = [&] {  // nothing is linked yet: the inodes read so far simply go
+    for (const auto& [id, name] : first_names) inodes_.Erase(id);
+    first_names.clear();
+  };
+  KVFS_RETURN_IF_ERROR(store_->LoadRecords(take, start_over));
   // Link in id order so readdir lists older entries first, as they were created. An id the
   // store yields twice kept its later record (Put replaced the inode): its later name too.
   std::stable_sort(first_names.begin(), first_names.end(),

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 
 #include "repair.h"
 
@@ -18,6 +19,12 @@ namespace {
 constexpr char kChunkDirName[] = ".kvfs-cluster-chunks";
 constexpr int kNodeShift = 48;
 constexpr uint64_t kLocalMask = (uint64_t{1} << kNodeShift) - 1;
+// A read of the namespace at start that failed midway is tried again this often in all, a
+// second apart: long enough for a node that was frozen past its lease to register again (its
+// next read is then under a compaction hold), short enough that a node whose etcd is gone
+// says so within seconds.
+constexpr int kLoadAttempts = 5;
+constexpr auto kLoadRetryPause = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -244,34 +251,45 @@ ObjectId ClusterStore::NewId() {
 std::vector<ObjectRecord> ClusterStore::Records() const {
   std::vector<ObjectRecord> out;
   Status st = const_cast<ClusterStore*>(this)->LoadRecords(
-      [&](ObjectRecord&& rec) { out.push_back(std::move(rec)); });
+      [&](ObjectRecord&& rec) { out.push_back(std::move(rec)); }, [&] { out.clear(); });
   if (!st.ok()) spdlog::error("cluster: loading the namespace failed: {}", st.ToString());
   return out;
 }
 
-Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn) {
-  std::unordered_map<uint64_t, std::pair<ObjectRecord, bool>> named;  // held chunk -> record
+Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
+                                 const std::function<void()>& start_over) {
   std::vector<std::pair<ObjectId, uint64_t>> listed_not_held;
-  {
-    std::lock_guard lock(mu_);
-    chunk_of_record_.clear();
-    for (auto& [chunk, h] : held_) h.record = kInvalidId;
-  }
-  KVFS_RETURN_IF_ERROR(log_->Load([&](ObjectRecord&& rec) {
-    if (const ClusterLayout* cl = AsClusterLayout(rec.layout)) {
+  for (int attempt = 1;; ++attempt) {
+    {
       std::lock_guard lock(mu_);
-      auto it = held_.find(cl->chunk);
-      if (it != held_.end()) {
-        it->second.record = rec.id;
-        it->second.revision = rec.revision;
-        it->second.holders = cl->holders;
-        chunk_of_record_[rec.id] = cl->chunk;
-      } else if (cl->holders.Contains(options_.node_id)) {
-        listed_not_held.emplace_back(rec.id, cl->chunk);
-      }
+      chunk_of_record_.clear();
+      for (auto& [chunk, h] : held_) h.record = kInvalidId;
     }
-    fn(std::move(rec));
-  }));
+    listed_not_held.clear();
+    Status st = log_->Load([&](ObjectRecord&& rec) {
+      if (const ClusterLayout* cl = AsClusterLayout(rec.layout)) {
+        std::lock_guard lock(mu_);
+        auto it = held_.find(cl->chunk);
+        if (it != held_.end()) {
+          it->second.record = rec.id;
+          it->second.revision = rec.revision;
+          it->second.holders = cl->holders;
+          chunk_of_record_[rec.id] = cl->chunk;
+        } else if (cl->holders.Contains(options_.node_id)) {
+          listed_not_held.emplace_back(rec.id, cl->chunk);
+        }
+      }
+      fn(std::move(rec));
+    });
+    if (st.ok()) break;
+    if (attempt >= kLoadAttempts) return st;
+    // What the failed read gave is of a revision the next read does not see: names removed
+    // since would linger. Everything is read again.
+    spdlog::warn("cluster: reading the namespace failed ({}); reading it again ({} of {})",
+                 st.ToString(), attempt + 1, kLoadAttempts);
+    start_over();
+    std::this_thread::sleep_for(kLoadRetryPause);
+  }
   loaded_ = true;
   // Held chunks no record names any more (unlinked or replaced while this node was away) go;
   // records that list this node for a chunk it lost (a crash with durability=async) drop it

@@ -79,7 +79,11 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
 
   // ChunkStore
   std::vector<ObjectRecord> Records() const override;
-  Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn) override;
+  // Reads the namespace from etcd. A read that failed midway (etcd compacted its revision: this
+  // node lost its compaction hold, frozen past its lease; or etcd stalled) is read again from
+  // the start, five times in all.
+  Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
+                     const std::function<void()>& start_over) override;
   bool SharedNamespace() const override { return true; }
   ObjectId NewId() override;
   Status Apply(const MetaBatch& batch) override;
@@ -270,7 +274,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   };
 
   std::thread house_;
-  HistoryCompactor compactor_;                  // the housekeeping thread's
+  HistoryCompactor compactor_;  // the housekeeping thread's
   // The hold the last compaction stopped at (0: none), for Cluster().
   std::atomic<int64_t> compaction_held_at_{0};
   std::atomic<uint16_t> compaction_held_by_{0};

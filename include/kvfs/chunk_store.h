@@ -207,8 +207,11 @@ class ChunkStore {
   // namespace. Called once at mount.
   virtual std::vector<ObjectRecord> Records() const = 0;
   // The same records one by one, so a namespace of millions of names is never held twice
-  // (the cluster streams them from etcd in pages).
-  virtual Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn) {
+  // (the cluster streams them from etcd in pages). A store whose read failed midway may read
+  // everything again: it calls `start_over` first, and the caller forgets what `fn` got so far.
+  virtual Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
+                             const std::function<void()>& start_over) {
+    (void)start_over;
     for (ObjectRecord& rec : Records()) fn(std::move(rec));
     return Status::Ok();
   }

@@ -471,6 +471,76 @@ class ClusterEtcd(unittest.TestCase):
             "range_end": base64.b64encode(b"/kvfs/s0").decode()})
         self.assertNotIn("kvs", holds)
 
+    def test_a_joiner_frozen_in_its_read_past_its_lease_reads_the_namespace_again(self):
+        # A joining node's compaction hold lives under its lease. Frozen (SIGSTOP) in the middle
+        # of its read past that lease, it loses the hold, node 1 compacts past the read's
+        # revision, and the read's next page is refused once it runs again (or the request in
+        # flight timed out meanwhile). Before, the daemon exited ("cannot load: ..."); now it
+        # reads the namespace again from the start (under a new hold, once it registered
+        # again) and joins with every name.
+        if not os.access(seed_bin(), os.X_OK):
+            self.skipTest(f"{seed_bin()} not built (KVFS_BUILD_BENCH=OFF)")
+        c = self.cluster(n=2, replicas=1, start_nodes=[1], extra_args=["--etcd-history", "1"])
+        count = 150000
+        seeded = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
+                                 "--count", str(count)], capture_output=True, text=True,
+                                timeout=600)
+        self.assertEqual(seeded.returncode, 0, seeded.stderr)
+        wait_until(lambda: os.path.isdir(c.path(1, "seed")) and
+                   count_names(c.path(1, "seed")) == count, 60, 0.5, what="node 1 has the names")
+        os.mkdir(c.path(1, "h"))
+        stop = threading.Event()
+        published = [0]
+
+        def publish():  # new revisions, so that compaction has somewhere to go
+            while not stop.is_set():
+                write_file_atomic(c.path(1, f"h/f{published[0] % 20}"), b"v%d" % published[0])
+                published[0] += 1
+
+        def hold_of_node_2():
+            return "kvs" in c.etcd.call("/v3/kv/range", {
+                "key": base64.b64encode(b"/kvfs/s/00002").decode()})
+
+        started = []
+
+        def start_node_2():
+            try:
+                c.start_node(2)
+                started.append(None)
+            except Exception as e:  # reported by the test thread below
+                started.append(e)
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        c.node(2).mount.mount_timeout_s = 120  # the frozen seconds and two reads, on 2 cores
+        starter = threading.Thread(target=start_node_2)
+        try:
+            starter.start()
+            wait_until(hold_of_node_2, 60, 0.01, what="node 2 holds compaction for its read")
+            pid = c.node(2).pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                self.assertTrue(starter.is_alive(), "node 2 finished its read before the freeze")
+                # The read's revision is at most etcd's now. The hold goes with node 2's 3 s
+                # lease; then node 1 compacts past that revision.
+                read_at_most = c.etcd.revision()
+                wait_until(lambda: c.nodes_json(1)["compacted_revision"] > read_at_most, 30,
+                           0.2, what="node 1 compacts past node 2's read")
+                self.assertFalse(hold_of_node_2(), "the hold outlived node 2's lease")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            starter.join(150)
+        finally:
+            stop.set()
+            publisher.join()
+        self.assertEqual(started, [None], c.log(2)[-3000:])
+        # Its next page was refused (compacted), or the request in flight when it froze had
+        # timed out by the time it ran again: either way the read is done again.
+        self.assertRegex(c.log(2), r"reading the namespace failed \(.*\); reading it again")
+        self.assertRegex(c.log(2), r"loaded 1500\d\d namespace records")
+        self.assertEqual(count_names(c.path(2, "seed")), count)
+        wait_until(lambda: not hold_of_node_2(), 20, 0.2, what="node 2 releases its hold")
+
     def test_a_wiped_etcd_is_read_again_and_its_lost_names_go(self):
         # etcd restarted on an empty data dir (or an older backup): the revisions the nodes
         # applied are gone. Node 1 sees etcd's revision behind its own; node 2, frozen through

@@ -490,5 +490,58 @@ TEST_F(NamespaceTest, RecordsWhoseLinksPointNowhereKeepTheirOtherNames) {
   EXPECT_EQ(y->attr.st_nlink, 1u);
 }
 
+// A store whose read of the namespace failed midway reads it again (the cluster, when etcd
+// compacted the read's revision): what the first read gave goes, whatever the second holds.
+class RereadingStore : public MemoryStore {
+ public:
+  Status LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
+                     const std::function<void()>& start_over) override {
+    ObjectRecord gone_dir;  // removed between the two reads, with a file in it
+    gone_dir.id = 7000;
+    gone_dir.parent = kRootId;
+    gone_dir.name = "gone";
+    gone_dir.type = ObjectType::kDirectory;
+    gone_dir.mode = 0755;
+    ObjectRecord gone_file;
+    gone_file.id = 7001;
+    gone_file.parent = gone_dir.id;
+    gone_file.name = "f";
+    fn(std::move(gone_dir));
+    fn(std::move(gone_file));
+    for (ObjectRecord& rec : Records()) {  // the first read fails halfway through
+      fn(std::move(rec));
+      break;
+    }
+    start_over();
+    for (ObjectRecord& rec : Records()) fn(std::move(rec));
+    return Status::Ok();
+  }
+};
+
+TEST(NamespaceLoadTest, ARereadForgetsWhatTheFailedReadGave) {
+  RereadingStore store;
+  {
+    Namespace first(&store, nullptr);
+    ASSERT_TRUE(first.Load().ok());
+    ASSERT_TRUE(first.Mkdir(kRootId, "kept", 0755, 0, 0).ok());
+    auto r = first.Create(kRootId, "file", 0644, O_WRONLY | O_CREAT, 0, 0);
+    ASSERT_TRUE(r.ok());
+    auto [entry, fh] = *r;
+    ASSERT_TRUE(first.Write(fh, 0, "abc", 3).ok());
+    ASSERT_TRUE(first.Flush(fh).ok());
+    ASSERT_TRUE(first.Release(fh).ok());
+  }
+  Namespace again(&store, nullptr);
+  ASSERT_TRUE(again.Load().ok());
+  EXPECT_FALSE(again.Lookup(kRootId, "gone").ok());
+  EXPECT_FALSE(again.Record(7000).ok());
+  EXPECT_FALSE(again.Record(7001).ok());
+  EXPECT_TRUE(again.Lookup(kRootId, "kept").ok());
+  auto file = again.Lookup(kRootId, "file");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->attr.st_size, 3);
+  EXPECT_EQ(again.KeptNameCount(), 0u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs

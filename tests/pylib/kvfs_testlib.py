@@ -270,6 +270,7 @@ class KvfsMount:
         self.capacity = capacity
         self.extra_args = list(extra_args)
         self.foreground = foreground
+        self.mount_timeout_s = MOUNT_TIMEOUT_S  # how long start() waits for the mount
         parent = root or os.environ.get("KVFS_TEST_TMPDIR") or None
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -338,7 +339,7 @@ class KvfsMount:
                                       start_new_session=True)
         self._pid = self._proc.pid if self.foreground else None
         status_path = os.path.join(self._mnt, ".kvfs", "status")
-        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        deadline = time.monotonic() + self.mount_timeout_s
         while True:
             if os.path.exists(status_path) and _is_mounted(self._mnt):
                 break
@@ -349,11 +350,11 @@ class KvfsMount:
                                 f"{self.log_tail()}")
             if time.monotonic() > deadline:
                 self._stop_after_failed_start()
-                raise KvfsError(f"kvfs did not mount within {MOUNT_TIMEOUT_S:.0f} s\n"
+                raise KvfsError(f"kvfs did not mount within {self.mount_timeout_s:.0f} s\n"
                                 f"--- log tail ---\n{self.log_tail()}")
             time.sleep(0.02)
         if not self.foreground:
-            self._proc.wait(timeout=MOUNT_TIMEOUT_S)  # the launcher returns once mounted
+            self._proc.wait(timeout=self.mount_timeout_s)  # the launcher returns once mounted
             self._pid = self._find_daemon_pid()
 
     def _find_daemon_pid(self) -> int | None:
