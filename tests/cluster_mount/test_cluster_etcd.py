@@ -7,6 +7,7 @@ drained node.
 Every test starts its own etcd and nodes and stops them by PID at the end."""
 
 import base64
+import contextlib
 import errno
 import json
 import os
@@ -419,36 +420,50 @@ class ClusterEtcd(unittest.TestCase):
             stop.set()
             publisher.join()
 
+    def seeded_cluster(self, count):
+        """Node 1 alone with 1 s of etcd history over `count` names seeded straight into etcd
+        (seed/), once it has taken them all in (node 1 compacts to what it has applied)."""
+        if not os.access(seed_bin(), os.X_OK):
+            self.skipTest(f"{seed_bin()} not built (KVFS_BUILD_BENCH=OFF)")
+        c = self.cluster(n=2, replicas=1, start_nodes=[1], extra_args=["--etcd-history", "1"])
+        seeded = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
+                                 "--count", str(count)], capture_output=True, text=True,
+                                timeout=600)
+        self.assertEqual(seeded.returncode, 0, seeded.stderr)
+        wait_until(lambda: os.path.isdir(c.path(1, "seed")) and
+                   count_names(c.path(1, "seed")) == count, 60, 0.5, what="node 1 has the names")
+        return c
+
+    @contextlib.contextmanager
+    def publishing(self, c):
+        """Node 1 rewrites 20 files in h/ all along: new revisions for compaction to pass."""
+        os.mkdir(c.path(1, "h"))
+        stop = threading.Event()
+
+        def publish():
+            i = 0
+            while not stop.is_set():
+                write_file_atomic(c.path(1, f"h/f{i % 20}"), b"v%d" % i)
+                i += 1
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            publisher.join()
+
     def test_a_late_joiner_reads_a_namespace_longer_than_the_history_kept(self):
         # A node reads the whole namespace at one revision when it starts (and when its watch
         # fell behind compaction). With 1 s of history kept and node 1 publishing all along,
         # that revision is compacted away long before a read of 150,000 names ends: the read
         # failed midway (ESTALE) and every retry met the same fate. Now a reading node holds
         # compaction at its revision (a key under its lease) until its read is done.
-        if not os.access(seed_bin(), os.X_OK):
-            self.skipTest(f"{seed_bin()} not built (KVFS_BUILD_BENCH=OFF)")
-        c = self.cluster(n=2, replicas=1, start_nodes=[1], extra_args=["--etcd-history", "1"])
         count = 150000
-        seeded = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
-                                 "--count", str(count)], capture_output=True, text=True,
-                                timeout=600)
-        self.assertEqual(seeded.returncode, 0, seeded.stderr)
-        # Node 1 compacts to what it has applied: first it takes in the seeded names.
-        wait_until(lambda: os.path.isdir(c.path(1, "seed")) and
-                   count_names(c.path(1, "seed")) == count, 60, 0.5, what="node 1 has the names")
+        c = self.seeded_cluster(count)
         seeded_to = c.etcd.revision()
-        os.mkdir(c.path(1, "h"))
-        stop = threading.Event()
-        published = [0]
-
-        def publish():
-            while not stop.is_set():
-                write_file_atomic(c.path(1, f"h/f{published[0] % 20}"), b"v%d" % published[0])
-                published[0] += 1
-
-        publisher = threading.Thread(target=publish)
-        publisher.start()
-        try:
+        with self.publishing(c):
             # Node 1 compacts about once a second, to what etcd held a second before.
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > seeded_to, 60, 0.2,
                        what="node 1 compacts past the seeded names")
@@ -460,9 +475,6 @@ class ClusterEtcd(unittest.TestCase):
             # The read over, the hold goes: compaction passes it again.
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > int(held.group(1)), 20,
                        0.2, what="node 1 compacts past the released hold")
-        finally:
-            stop.set()
-            publisher.join()
         self.assertRegex(c.log(2), r"loaded 1500\d\d namespace records")
         # Its watch began where the read ended: no second read of everything.
         self.assertNotIn("namespace re-read", c.log(2))
@@ -478,24 +490,8 @@ class ClusterEtcd(unittest.TestCase):
         # flight timed out meanwhile). Before, the daemon exited ("cannot load: ..."); now it
         # reads the namespace again from the start (under a new hold, once it registered
         # again) and joins with every name.
-        if not os.access(seed_bin(), os.X_OK):
-            self.skipTest(f"{seed_bin()} not built (KVFS_BUILD_BENCH=OFF)")
-        c = self.cluster(n=2, replicas=1, start_nodes=[1], extra_args=["--etcd-history", "1"])
         count = 150000
-        seeded = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
-                                 "--count", str(count)], capture_output=True, text=True,
-                                timeout=600)
-        self.assertEqual(seeded.returncode, 0, seeded.stderr)
-        wait_until(lambda: os.path.isdir(c.path(1, "seed")) and
-                   count_names(c.path(1, "seed")) == count, 60, 0.5, what="node 1 has the names")
-        os.mkdir(c.path(1, "h"))
-        stop = threading.Event()
-        published = [0]
-
-        def publish():  # new revisions, so that compaction has somewhere to go
-            while not stop.is_set():
-                write_file_atomic(c.path(1, f"h/f{published[0] % 20}"), b"v%d" % published[0])
-                published[0] += 1
+        c = self.seeded_cluster(count)
 
         def hold_of_node_2():
             return "kvs" in c.etcd.call("/v3/kv/range", {
@@ -510,11 +506,9 @@ class ClusterEtcd(unittest.TestCase):
             except Exception as e:  # reported by the test thread below
                 started.append(e)
 
-        publisher = threading.Thread(target=publish)
-        publisher.start()
         c.node(2).mount.mount_timeout_s = 120  # the frozen seconds and two reads, on 2 cores
         starter = threading.Thread(target=start_node_2)
-        try:
+        with self.publishing(c):
             starter.start()
             wait_until(hold_of_node_2, 60, 0.01, what="node 2 holds compaction for its read")
             pid = c.node(2).pid
@@ -530,9 +524,6 @@ class ClusterEtcd(unittest.TestCase):
             finally:
                 os.kill(pid, signal.SIGCONT)
             starter.join(150)
-        finally:
-            stop.set()
-            publisher.join()
         self.assertEqual(started, [None], c.log(2)[-3000:])
         # Its next page was refused (compacted), or the request in flight when it froze had
         # timed out by the time it ran again: either way the read is done again.
