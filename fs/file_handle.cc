@@ -365,13 +365,32 @@ Status Namespace::Release(FileHandle* fh) {
       spdlog::warn("publish at release of inode {} failed: {}{}", fh->ino, st.ToString(), note);
     }
   }
-  std::lock_guard lock(mu_);
-  Inode* in = Find(fh->ino);
-  if (!in) return st;
-  CloseHandleOf(in, *fh);
-  ReleaseUnreachableData(in);
-  MaybeDrop(in);
+  std::optional<ResetOrigin> reset;
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(fh->ino);
+    if (!in) return st;
+    CloseHandleOf(in, *fh);
+    reset = ResetAfterWriterLocked(in);
+    ReleaseUnreachableData(in);
+    MaybeDrop(in);
+  }
+  if (reset) RestoreStoreRecord(fh->ino, nullptr, *reset);
   return st;
+}
+
+std::optional<ResetOrigin> Namespace::ResetAfterWriterLocked(const Inode* in) {
+  if (in->writing()) return std::nullopt;
+  auto it = resets_behind_writer_.find(in->rec.id);
+  if (it == resets_behind_writer_.end()) return std::nullopt;
+  const ResetOrigin origin = it->second;
+  resets_behind_writer_.erase(it);
+  // The writer published: that change commits (and etcd holds the object) or is refused and
+  // gets its own reset. Either way newer than this one.
+  auto last = last_change_.find(in->rec.id);
+  if (in->rec.revision != 0 || (last != last_change_.end() && last->second.seq > origin.seq))
+    return std::nullopt;
+  return origin;
 }
 
 }  // namespace kvfs::fs

@@ -364,6 +364,9 @@ class Namespace {
   uint64_t TakeTicket(MetaBatch& batch);
   // Whether a shared store's reset was overtaken by `x`'s newer state (see RestoreStoreRecord).
   bool Overtakes(const Inode* x, ResetOrigin origin) const;
+  // mu_ held, at a close: the reset that waited for `in`'s writer (resets_behind_writer_), when
+  // the writer is gone and made no change of it since.
+  std::optional<ResetOrigin> ResetAfterWriterLocked(const Inode* in);
   // namespace_in_flight.cc. The batch of ticket seq was answered: its objects are no longer on
   // their way, and the records that waited for their names are applied. `refused`: where the
   // batch is its objects' newest change, that change gets a reset of its own and overtakes no
@@ -424,6 +427,9 @@ class Namespace {
     ResetOrigin origin;
   };
   std::unordered_map<ObjectId, std::vector<ResetBehind>> resets_behind_;
+  // Resets to "gone" of objects etcd never held that a writer had open (RestoreStoreRecord):
+  // the writer's close publishes them. Run at its last close if it made no change of them.
+  std::unordered_map<ObjectId, ResetOrigin> resets_behind_writer_;
   std::condition_variable in_flight_cv_;  // with mu_: a batch left in_flight_
   // Other nodes' records that would have taken a name held by an object of an in-flight batch
   // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of

@@ -60,6 +60,16 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       // Nothing durable: the object leaves the tree (a new file whose publish failed, a new
       // directory, a rename target that was never made).
       if (!in) return;
+      // Unless a writer has it open and etcd never held it (no commit of it reached this
+      // node): the writer's close publishes it, a change newer than the refused one. Taking
+      // its names lost that write for good, close succeeded and no file was there (a file
+      // rewritten right after etcd came back, before the reset of its refused creation).
+      if (shared_ && in->rec.revision == 0 && in->writing()) {
+        spdlog::debug("namespace: reset of {:x} (change {}) waits for its writer's close", id,
+                      origin.seq);
+        resets_behind_writer_[id] = origin;
+        return;
+      }
       UnlinkAllNames(in, &stale_names);
       in->journaled = false;
       MaybeDrop(in);

@@ -257,6 +257,38 @@ class ClusterEtcd(unittest.TestCase):
         wait_until(accepted, 5.0, 0.1, what="changes accepted within 5 s of etcd's return")
         self.assertEqual(self.read(c, 1, "after"), b"a")
 
+    def test_a_write_opened_before_the_reset_of_a_refused_creation_is_kept(self):
+        # etcd down: a new file's publish is refused (EROFS), and the fs shows the file until
+        # etcd answers again and the refused creation is reset (the file goes). A writer that
+        # opened the file in between (a connector writing the same name again) lost its write:
+        # the reset took the name from under it, and its close succeeded with nothing
+        # published (seen in a full ctest run). Now the reset of a file etcd never held waits
+        # for its writer's close: a close that wrote publishes it, one that did not ends it.
+        c = self.cluster(n=2, replicas=1, lease_ttl_s=30)
+        c.etcd.kill9()
+        for name in ("kept", "dropped"):
+            with self.assertRaises(OSError) as refused:
+                self.write(c, 1, name, b"first")
+            self.assertEqual(refused.exception.errno, errno.EROFS)
+        rewrite = open(c.path(1, "kept"), "r+b")
+        untouched = open(c.path(1, "dropped"), "r+b")
+        try:
+            c.etcd.start()
+            self.write_when_accepted(c, 1, "sentinel", b"s", "node 1 accepts changes again")
+            # The watch thread resets the refused changes once etcd answers: give it time.
+            time.sleep(1.0)
+            rewrite.write(b"second")
+        finally:
+            rewrite.close()  # raises if the publish failed
+            untouched.close()
+        self.assertEqual(self.read(c, 1, "kept"), b"second")
+        c.wait_exists(2, "kept", VISIBLE_S)
+        self.assertEqual(self.read(c, 2, "kept"), b"second")
+        # The other writer wrote nothing: its close let the reset go on.
+        wait_until(lambda: not os.path.exists(c.path(1, "dropped")), VISIBLE_S, 0.05,
+                   what="the refused creation of 'dropped' is reset at its writer's close")
+        self.assertEqual(sorted(os.listdir(c.path(2))), ["kept", "sentinel"])
+
     def test_a_name_left_without_its_record_is_taken_by_the_next_change(self):
         # A name key whose record is gone (seen under random etcd stalls: a removal built on a
         # name etcd never gave the object deleted another name and left this one) refused every
