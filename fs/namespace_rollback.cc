@@ -64,10 +64,13 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       // node): the writer's close publishes it, a change newer than the refused one. Taking
       // its names lost that write for good, close succeeded and no file was there (a file
       // rewritten right after etcd came back, before the reset of its refused creation).
+      // Not durable, though: that publish must take its names in etcd too (a record whose
+      // name key is missing lets another node take the name).
       if (shared_ && in->rec.revision == 0 && in->writing()) {
         spdlog::debug("namespace: reset of {:x} (change {}) waits for its writer's close", id,
                       origin.seq);
         resets_behind_writer_[id] = origin;
+        in->journaled = false;
         return;
       }
       UnlinkAllNames(in, &stale_names);

@@ -284,6 +284,10 @@ class ClusterEtcd(unittest.TestCase):
         self.assertEqual(self.read(c, 1, "kept"), b"second")
         c.wait_exists(2, "kept", VISIBLE_S)
         self.assertEqual(self.read(c, 2, "kept"), b"second")
+        # With its name: etcd's name key is what makes O_EXCL and renames hold across nodes.
+        name_key = c.etcd.call("/v3/kv/range", {
+            "key": base64.b64encode(b"/kvfs/d/0000000000000001/kept").decode()})
+        self.assertIn("kvs", name_key, "the record was published without its name key")
         # The other writer wrote nothing: its close let the reset go on.
         wait_until(lambda: not os.path.exists(c.path(1, "dropped")), VISIBLE_S, 0.05,
                    what="the refused creation of 'dropped' is reset at its writer's close")
