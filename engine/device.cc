@@ -15,7 +15,6 @@ namespace {
 
 constexpr uint64_t kSuperblockMagic = 0x3156454453465654ull;  // "TVFSDEV1" little-endian
 
-
 struct AlignedBlock {
   AlignedBlock() { p = static_cast<uint8_t*>(std::aligned_alloc(4096, kSuperblockSize)); }
   ~AlignedBlock() { std::free(p); }
@@ -157,8 +156,8 @@ Status Device::PwriteFull(const void* buf, uint64_t len, uint64_t offset) const 
 
 Status Device::DataSync() const { return file_->DataSync(); }
 
-Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs, const EngineOptions& options,
-                                                         bool fresh) {
+Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
+                                                         const EngineOptions& options, bool fresh) {
   std::vector<DeviceSpec> specs = options.devices;
   if (specs.empty()) specs.push_back({options.data_dir + "/device0.kvfs", 0});
   const uint32_t count = static_cast<uint32_t>(specs.size());

@@ -19,7 +19,7 @@ namespace kvfs {
 
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint64_t kBackupSuperblockOffset = 64 * 1024;  // inside the reserved first MiB
-constexpr uint64_t kDeviceDataStart = 1ull << 20;  // keeps data extents 1 MiB aligned
+constexpr uint64_t kDeviceDataStart = 1ull << 20;        // keeps data extents 1 MiB aligned
 constexpr uint32_t kDeviceFormatVersion = 1;
 
 using EngineUuid = std::array<uint8_t, 16>;
@@ -75,7 +75,7 @@ class Device {
 // Opens the engine's devices: the ones in `options.devices`, or the default single file. A fresh
 // engine (`fresh`: no journal or checkpoint yet) creates them all with a new uuid; an existing
 // one requires every device, each with the same uuid, its own index and the same count.
-Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs, const EngineOptions& options,
-                                                         bool fresh);
+Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
+                                                         const EngineOptions& options, bool fresh);
 
 }  // namespace kvfs

@@ -49,8 +49,9 @@ uint64_t LoadCheckpoint(FileSystem& fs, const std::string& dir, RecoveredState& 
     return ckpt->first_journal;
   }
   if (!names.empty()) {
-    NoteDamage(st, "no checkpoint verifies: replaying every journal there is; files that only "
-                   "a checkpoint described are lost");
+    NoteDamage(st,
+               "no checkpoint verifies: replaying every journal there is; files that only "
+               "a checkpoint described are lost");
   }
   return 0;
 }
@@ -112,8 +113,8 @@ Result<RecoveredState> Recover(FileSystem& fs, const std::string& dir) {
         // Checksummed yet undecodable: written by a broken engine. Skipped like damage.
         ++st.damage.journal_records;
         st.damage.journal_bytes += rec.end - rec.offset;
-        NoteDamage(st, path + ": record at " + std::to_string(rec.offset) +
-                           " does not decode (" + s.message() + "); skipped");
+        NoteDamage(st, path + ": record at " + std::to_string(rec.offset) + " does not decode (" +
+                           s.message() + "); skipped");
         continue;
       }
       for (ObjectId id : batch.removes) {

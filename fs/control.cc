@@ -338,23 +338,23 @@ nlohmann::json Control::NodesJson() {
                      {"gets_sent", n.gets_sent},
                      {"puts_sent", n.puts_sent}});
   }
-  return nlohmann::json{{"self", v.self},
-                        {"replicas", v.replicas},
-                        {"transport", v.transport},
-                        {"etcd", v.etcd},
-                        {"etcd_reachable", v.etcd_reachable},
-                        {"revision", v.revision},
-                        {"etcd_history_s", v.etcd_history_s},
-                        {"compacted_revision", v.compacted_revision},
-                        {"compaction_held", {{"revision", v.compaction_held_at},
-                                             {"by_node", v.compaction_held_by}}},
-                        {"repair",
-                         {{"pending", v.repair_pending},
-                          {"repaired_chunks", v.repaired_chunks},
-                          {"repaired_bytes", v.repaired_bytes},
-                          {"failures", v.repair_failures},
-                          {"bandwidth", v.repair_bandwidth}}},
-                        {"nodes", nodes}};
+  return nlohmann::json{
+      {"self", v.self},
+      {"replicas", v.replicas},
+      {"transport", v.transport},
+      {"etcd", v.etcd},
+      {"etcd_reachable", v.etcd_reachable},
+      {"revision", v.revision},
+      {"etcd_history_s", v.etcd_history_s},
+      {"compacted_revision", v.compacted_revision},
+      {"compaction_held", {{"revision", v.compaction_held_at}, {"by_node", v.compaction_held_by}}},
+      {"repair",
+       {{"pending", v.repair_pending},
+        {"repaired_chunks", v.repaired_chunks},
+        {"repaired_bytes", v.repaired_bytes},
+        {"failures", v.repair_failures},
+        {"bandwidth", v.repair_bandwidth}}},
+      {"nodes", nodes}};
 }
 
 Result<nlohmann::json> Control::LocationJson(uint64_t ino) {

@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
+#include "json_text.h"
 #include "kvfsctl.h"
 #include "prefix_hash.h"
-#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {

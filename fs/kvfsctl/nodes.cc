@@ -73,10 +73,11 @@ void PrintTable(const nlohmann::json& doc) {
     }
     const auto& held = doc.value("compaction_held", nlohmann::json::object());
     if (Count(held, "revision") > 0) {
-      std::printf("etcd history: compaction held at revision %llu while node %llu reads the "
-                  "namespace\n",
-                  static_cast<unsigned long long>(Count(held, "revision")),
-                  static_cast<unsigned long long>(Count(held, "by_node")));
+      std::printf(
+          "etcd history: compaction held at revision %llu while node %llu reads the "
+          "namespace\n",
+          static_cast<unsigned long long>(Count(held, "revision")),
+          static_cast<unsigned long long>(Count(held, "by_node")));
     }
     const auto& r = doc.value("repair", nlohmann::json::object());
     std::printf("repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s\n",

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
 #include "json_text.h"
 
 namespace kvfs::fs {

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "file_walk.h"
+#include "json_text.h"
 #include "kvfs/size.h"
 #include "kvfsctl.h"
 #include "progress_bar.h"
-#include "json_text.h"
 
 namespace kvfs::fs {
 namespace {

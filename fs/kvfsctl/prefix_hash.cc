@@ -7,6 +7,7 @@
 #include <cctype>
 #include <memory>
 #include <nlohmann/json.hpp>
+
 #include "json_text.h"
 
 namespace kvfs::fs {

@@ -34,7 +34,8 @@ struct Outcome {
   std::set<ObjectId> removed;               // an acknowledged unlink
 };
 
-EngineOptions CrashOpts(const std::string& dir, const std::shared_ptr<FaultInjectionFileSystem>& fs) {
+EngineOptions CrashOpts(const std::string& dir,
+                        const std::shared_ptr<FaultInjectionFileSystem>& fs) {
   EngineOptions o;
   o.data_dir = dir;
   o.capacity = 48 * kMiB;
@@ -124,8 +125,9 @@ void CheckRecovered(const std::string& dir, const Outcome& out, const std::strin
   }
 }
 
-uint64_t CountCalls(const std::function<void(const std::string&,
-                                             const std::shared_ptr<FaultInjectionFileSystem>&)>& run) {
+uint64_t CountCalls(
+    const std::function<void(const std::string&, const std::shared_ptr<FaultInjectionFileSystem>&)>&
+        run) {
   TempDir dir;
   auto fs = std::make_shared<FaultInjectionFileSystem>();
   run(dir.path(), fs);
@@ -186,9 +188,9 @@ TEST(CrashTest, PowerLossDuringRecovery) {
         if (e.ok()) e->reset();
       }
       fs2->PowerLoss();
-      CheckRecovered(dir.path(), out,
-                     "crash at " + std::to_string(first) + ", then at recovery call " +
-                         std::to_string(n));
+      CheckRecovered(
+          dir.path(), out,
+          "crash at " + std::to_string(first) + ", then at recovery call " + std::to_string(n));
       if (::testing::Test::HasFatalFailure()) return;
     }
   }

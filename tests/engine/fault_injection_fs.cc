@@ -40,8 +40,8 @@ void WriteRange(const std::string& path, uint64_t offset, const std::string& byt
   if (fd < 0) return;
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done,
-                         static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
