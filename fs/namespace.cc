@@ -201,6 +201,7 @@ void Namespace::EraseInode(Inode* in) {
     });
   }
   DropKeptName(in);
+  resets_behind_writer_.erase(in->rec.id);
   inodes_.Erase(in->rec.id);
 }
 
