@@ -364,6 +364,8 @@ class Namespace {
   uint64_t TakeTicket(MetaBatch& batch);
   // Whether a shared store's reset was overtaken by `x`'s newer state (see RestoreStoreRecord).
   bool Overtakes(const Inode* x, ResetOrigin origin) const;
+  // Whether the newest change of `id` this node made was refused (shared stores only).
+  bool LastChangeRefusedLocked(ObjectId id) const;
   // mu_ held, at a close: the reset that waited for `in`'s writer (resets_behind_writer_), when
   // the writer is gone and made no change of it since.
   std::optional<ResetOrigin> ResetAfterWriterLocked(const Inode* in);

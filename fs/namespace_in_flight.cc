@@ -72,6 +72,11 @@ bool Namespace::Overtakes(const Inode* x, ResetOrigin origin) const {
 
 bool Namespace::InFlightLocked(ObjectId id) const { return in_flight_ids_.count(id) > 0; }
 
+bool Namespace::LastChangeRefusedLocked(ObjectId id) const {
+  auto it = last_change_.find(id);
+  return it != last_change_.end() && it->second.refused;
+}
+
 void Namespace::EndInFlight(uint64_t seq, bool refused) {
   Stale stale;
   std::vector<ResetBehind> again;
@@ -83,15 +88,8 @@ void Namespace::EndInFlight(uint64_t seq, bool refused) {
       auto n = in_flight_ids_.find(id);
       if (n != in_flight_ids_.end() && --n->second == 0) in_flight_ids_.erase(n);
       auto last = last_change_.find(id);
-      if (refused && last != last_change_.end() && last->second.seq == seq) {
+      if (refused && last != last_change_.end() && last->second.seq == seq)
         last->second.refused = true;
-        // No commit of it ever reached this node: etcd may not hold it, nor its names. The
-        // next change of it gives its names as a new object's do (a name etcd holds already
-        // fails that change's compare, and a reset follows). Trusting them instead, a publish
-        // built before the reset of this refusal ran committed the record without its name
-        // key (seen after etcd restarts: "the name key is missing").
-        if (Inode* in = Find(id); in && in->rec.revision == 0) in->journaled = false;
-      }
       if (InFlightLocked(id)) return;
       if (auto behind = resets_behind_.find(id); behind != resets_behind_.end()) {
         if (refused) again.insert(again.end(), behind->second.begin(), behind->second.end());

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -318,6 +319,53 @@ TEST(NamespaceRemoteTest, ARecordWaitsForTheAnswerOfAChangeOnItsWayToItsName) {
     ASSERT_TRUE(after.ok());
     EXPECT_EQ(after->attr.st_ino, commits ? kA : kC);
   }
+}
+
+// Refuses the next change as if etcd were unreachable, and keeps every batch it is given.
+class UnreachableOnceStore : public SharedMemoryStore {
+ public:
+  Result<uint64_t> Submit(const MetaBatch& batch) override {
+    batches.push_back(batch);
+    if (std::exchange(refuse_next, false)) return Status::Error(EROFS, "etcd is unreachable");
+    return MemoryStore::Submit(batch);
+  }
+  bool refuse_next = false;
+  std::vector<MetaBatch> batches;
+};
+
+// A file's first publish is refused (etcd unreachable): etcd holds neither the file nor its
+// name. The next change of it must give its name again. Before, the refused publish had marked
+// the file durable and the next publish carried no name: built after the refusal but sent
+// after the watch thread's reset of it, it committed the record without its name key (every
+// etcd restart under load left some; nodes then disagreed on those files).
+TEST(NamespaceRemoteTest, AChangeAfterARefusedFirstPublishGivesTheNameAgain) {
+  UnreachableOnceStore store;
+  Namespace ns(&store, nullptr);
+  ASSERT_TRUE(ns.Load().ok());
+  auto created = ns.Create(kRootId, "f", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(created.ok());
+  auto [entry, fh] = *created;
+  const ObjectId id = entry.attr.st_ino;
+  ASSERT_TRUE(ns.Write(fh, 0, "one", 3).ok());
+  store.refuse_next = true;
+  EXPECT_EQ(ns.Flush(fh).err(), EROFS);
+  EXPECT_TRUE(ns.Release(fh).ok());
+  auto names_f = [&](const MetaBatch& b) {
+    return std::any_of(b.names.begin(), b.names.end(), [&](const NameChange& c) {
+      return c.parent == kRootId && c.name == "f" && c.to == id;
+    });
+  };
+  ASSERT_FALSE(store.batches.empty());
+  EXPECT_TRUE(names_f(store.batches.back()));  // the refused one named it
+  // etcd is back before the reset of that refusal ran: a new version of the file.
+  auto again = ns.Open(id, O_WRONLY);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(ns.Write(*again, 0, "two", 3).ok());
+  store.batches.clear();
+  ASSERT_TRUE(ns.Flush(*again).ok());
+  ASSERT_EQ(store.batches.size(), 1u);
+  EXPECT_TRUE(names_f(store.batches[0]));
+  EXPECT_TRUE(ns.Release(*again).ok());
 }
 
 // Refuses the next `refusals` changes that move names as conflicts (another node changed those
