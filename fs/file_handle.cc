@@ -122,13 +122,6 @@ Result<std::pair<EntryInfo, FileHandle*>> Namespace::Create(uint64_t parent, std
       // before open returns, so that one creator of all the nodes succeeds.
       NameLedger names;
       NoteNames(names, in);
-      // Its last change was refused and no commit of it reached this node: etcd may hold none
-      // of its names, so this publish gives them (one etcd holds after all fails the compare,
-      // and a reset follows). Trusting them instead, a publish built after the refusal of the
-      // file's first one and sent after the reset of that committed the record without its
-      // name key (every etcd restart under load left some; nodes then disagreed on them).
-      if (!names.empty() && in->rec.revision == 0 && LastChangeRefusedLocked(in->rec.id))
-        names.front().second.clear();
       in->journaled = true;
       batch.puts.push_back(RecordOf(in));
       FinishNames(names, &batch);
