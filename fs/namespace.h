@@ -335,6 +335,9 @@ class Namespace {
   using NameLedger = std::vector<std::pair<ObjectId, std::vector<kvfs::Link>>>;
   void NoteNames(NameLedger& ledger, const Inode* in) const;
   void FinishNames(const NameLedger& ledger, MetaBatch* batch);
+  // Adds `dir` and its ancestors below the root, at their revisions here, to the records the
+  // batch requires unchanged (MetaBatch::unchanged). No-op for a local store.
+  void NoteAncestors(Inode* dir, MetaBatch* batch);
   // Runs `op` again while the shared store refuses it as based on an old view (the view is
   // brought up to date before each refusal returns).
   template <typename Op>

@@ -254,6 +254,11 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
       if (moved->journaled) batch.puts.push_back(RecordOf(moved));
     }
     FinishNames(names, &batch);
+    if (src_dir != dst_dir) {
+      // What the check against moving below itself saw must hold in the shared namespace too.
+      if (moved->dir) NoteAncestors(dst_dir, &batch);
+      if ((flags & RENAME_EXCHANGE) && target->dir) NoteAncestors(src_dir, &batch);
+    }
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;
     src_dir->lazy_dirty = dst_dir->lazy_dirty = true;
     if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();

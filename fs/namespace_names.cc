@@ -6,6 +6,9 @@
 // change notes the inodes it touches before touching them, and FinishNames compares their stored
 // names before and after. Only names the store holds count: an inode that is not journaled has
 // none there (a file still being written gets its names at its first publish).
+//
+// A directory moving to another parent also lists that parent's ancestors as they are here
+// (NoteAncestors): the check that it does not move below itself holds only while they stay.
 #include <algorithm>
 #include <map>
 
@@ -50,6 +53,14 @@ void Namespace::FinishNames(const NameLedger& ledger, MetaBatch* batch) {
       if (!Contains(before, l)) at(l).to = id;
   }
   for (auto& [key, change] : changes) batch->names.push_back(std::move(change));
+}
+
+void Namespace::NoteAncestors(Inode* dir, MetaBatch* batch) {
+  if (!shared_) return;
+  // The root never moves; a directory deeper than the tree's depth would be a cycle already.
+  for (Inode* p = dir; p && p->rec.id != kRootId && batch->unchanged.size() <= inodes_.size();
+       p = Find(p->rec.parent))
+    batch->unchanged.emplace_back(p->rec.id, p->rec.revision);
 }
 
 }  // namespace kvfs::fs

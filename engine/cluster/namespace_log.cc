@@ -209,6 +209,12 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, Txn
     use(key);
     read(names);
   }
+  for (const auto& [id, rev] : batch.unchanged) {
+    if (ids.count(id)) continue;  // put or removed: compared above
+    const std::string key = keys_->Record(id);
+    txn->compare.push_back(ModIs(key, static_cast<int64_t>(Rebase(id, rev))));
+    read(key);
+  }
   // Names: the last change of each key wins; a name believed free must be free; a directory
   // receiving a name must still exist.
   std::map<std::string, ObjectId> final_holder;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvfs/chunk_reader.h"
@@ -40,6 +41,11 @@ struct MetaBatch {
   // store answers EEXIST when another node took one meanwhile. Without it, a name another node
   // published meanwhile is taken over (last writer wins, as a rename over it would).
   bool exclusive = false;
+  // Records the batch does not change but is based on: each must still be at the given
+  // ObjectRecord::revision. A directory moving to another parent lists that parent and its
+  // ancestors, so two nodes' crossing moves (a into b, b into a) cannot both commit and cut a
+  // cycle of directories off the tree. A local store ignores them (its changes are serial).
+  std::vector<std::pair<ObjectId, uint64_t>> unchanged;
   // The fs's order of its in-memory changes (its ticket, from 1; 0: none given). A shared store
   // hands it back with the resets a refused batch causes (ResetOrigin), so a reset that a later
   // change of the same object has overtaken is not forced on that change.

@@ -222,6 +222,30 @@ TEST_F(NamespaceLogTest, AChangeOnARefusedOneIsResetAndRefusedNotCommitted) {
   EXPECT_EQ(Get(keys_.Name(kRootId, "back.tmp")), Hex16(x));
 }
 
+TEST_F(NamespaceLogTest, ABatchIsRefusedWhenARecordItIsBasedOnChangedMeanwhile) {
+  // A directory moving to another parent is based on that parent's ancestors as the fs sees
+  // them (MetaBatch::unchanged): when another node moved one of them since, the move may close
+  // a cycle, and etcd must refuse it (two nodes' crossing moves both committed before).
+  StartLog(true);
+  const ObjectId d = (uint64_t{1} << 48) | 7, f = (uint64_t{1} << 48) | 8;
+  const ObjectRecord before = PutRecordAlone(d, "d");  // as another node writes it
+  const ObjectRecord after = PutRecordAlone(d, "d");   // and changes it again
+  ASSERT_GT(after.revision, before.revision);
+
+  MetaBatch based = Create(f, "f", 1);
+  based.unchanged.emplace_back(d, before.revision);
+  Status st = Commit(based);
+  EXPECT_TRUE(st.IsConflict()) << st.ToString();
+  EXPECT_EQ(Get(keys_.Record(f)), "");
+  EXPECT_EQ(Get(keys_.Name(kRootId, "f")), "");
+
+  based.unchanged[0].second = after.revision;  // built again on what etcd holds
+  based.seq = 2;
+  st = Commit(based);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Get(keys_.Name(kRootId, "f")), Hex16(f));
+}
+
 TEST_F(NamespaceLogTest, CreatesInOneDirectoryShareATransaction) {
   // Connectors publish every chunk of a model into one directory. Each create checks that the
   // directory still exists; that check was taken for a key the creates change, so no two of

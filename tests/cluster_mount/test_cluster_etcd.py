@@ -117,6 +117,52 @@ class ClusterEtcd(unittest.TestCase):
                    what="node 1 sees the rename over d/a")
         self.assertFalse(os.path.exists(c.path(1, "d/b")))
 
+    def test_crossing_directory_moves_on_two_nodes_make_no_cycle(self):
+        # Node 1 moves a into b (or into b/c) while node 2 moves b into a: each is fine on its
+        # own node's tree; both together would cut a and b off the tree in a cycle.
+        c = self.cluster(n=2, replicas=1)
+        for r in range(6):
+            a, b = f"a{r}", f"b{r}"
+            into = f"{b}/c" if r % 2 else b
+            os.makedirs(c.path(1, into))
+            os.mkdir(c.path(1, a))
+            self.write(c, 1, f"{a}/fa", b"in a")
+            self.write(c, 1, f"{into}/fc", b"in c")
+            c.wait_exists(2, f"{a}/fa", VISIBLE_S)
+            c.wait_exists(2, f"{into}/fc", VISIBLE_S)
+            barrier = threading.Barrier(2)
+            results = {}
+
+            def move(k, src, dst):
+                barrier.wait()
+                try:
+                    os.rename(c.path(k, src), c.path(k, dst))
+                    results[k] = 0
+                except OSError as e:
+                    results[k] = e.errno
+            threads = [threading.Thread(target=move, args=(1, a, f"{into}/{a}")),
+                       threading.Thread(target=move, args=(2, b, f"{a}/{b}"))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(sorted(results.values()), [0, errno.EINVAL], f"round {r}")
+
+            def files_of(k):
+                # What a walk from the root finds of this round: a cycle is cut off from it.
+                found = {}
+                for top in (a, b):
+                    for root, _, files in os.walk(c.path(k, top)):
+                        for f in files:
+                            rel = os.path.relpath(os.path.join(root, f), c.path(k))
+                            found[rel] = self.read(c, k, rel)
+                return found
+            want = ({f"{into}/{a}/fa": b"in a", f"{into}/fc": b"in c"} if results[1] == 0 else
+                    {f"{a}/fa": b"in a", f"{a}/{into}/fc": b"in c"})
+            for k in (1, 2):
+                wait_until(lambda: files_of(k) == want, VISIBLE_S,
+                           what=f"round {r}: node {k} shows {want}")
+
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
         # notices and refuses changes up front): that change fails with EROFS after the etcd
