@@ -312,6 +312,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
   // meanwhile (its attributes, its name): the tree then holds that change, and the new version
   // goes on top of it (last writer wins, as for two local writers).
   Status st;
+  std::vector<kvfs::Link> first_names;  // its names when the first attempt was built
   for (int attempt = 1;; ++attempt) {
     MetaBatch batch;
     uint64_t ticket;
@@ -321,8 +322,17 @@ Status Namespace::PublishLocked(FileHandle* fh) {
       if (!in) return Status::Ok();
       SetLayout(in, layout);
       in->rec.ctime = Now();
-      // An unlinked file publishes nowhere: its holders keep their own view until they close.
-      if (!in->linked) return Status::Ok();
+      // An unlinked file publishes nowhere: its holders keep their own view until they close
+      // (also when another node's unlink, or rename over it, came first).
+      if (!in->linked) {
+        // But a directory that another node put under its name first holds it for good (a
+        // file cannot displace it): this version is lost, and its writer hears so. Locally,
+        // creating a file where a directory is fails with EISDIR.
+        if (HeldByDirectoryLocked(first_names))
+          return Status::Error(EISDIR, "another node put a directory under the file's name");
+        return Status::Ok();
+      }
+      if (attempt == 1) first_names = NamesOf(in);
       NameLedger names;
       NoteNames(names, in);
       // Its last change was refused and no commit of it reached this node: etcd may hold none
@@ -345,6 +355,15 @@ Status Namespace::PublishLocked(FileHandle* fh) {
   // Pages cached from the previous version are stale now (O_DIRECT writes never touched them).
   if (sink_) sink_->InvalidateInode(fh->ino, true);
   return st;
+}
+
+bool Namespace::HeldByDirectoryLocked(const std::vector<kvfs::Link>& names) {
+  for (const kvfs::Link& l : names) {
+    Inode* dir = Find(l.parent);
+    Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
+    if (holder && holder->dir) return true;
+  }
+  return false;
 }
 
 Status Namespace::Flush(FileHandle* fh) {

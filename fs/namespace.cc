@@ -185,6 +185,15 @@ void Namespace::ReleaseUnreachableData(Inode* in) {
 }
 
 void Namespace::MaybeDrop(Inode* in) {
+  // A directory that still lists entries lost its name for a while: another node's record of
+  // it waits for a name this node's change holds, or a reset is about to give it back. Its
+  // entries come back with it; erased and made again from its record, it came back empty and
+  // its children were cut off from the tree, on this node only.
+  if (in->dir && !in->dir->empty()) return;
+  DropGone(in);
+}
+
+void Namespace::DropGone(Inode* in) {
   if (in->linked || in->nlookup > 0 || in->opens() > 0 || in->rec.id == kRootId) return;
   EraseInode(in);
 }

@@ -290,7 +290,12 @@ class Namespace {
                 std::vector<std::pair<uint64_t, std::string>>* changed);
   // Takes every name of `in` out of the tree (the record keeps them, for logs).
   void UnlinkAllNames(Inode* in, std::vector<std::pair<uint64_t, std::string>>* gone);
-  void MaybeDrop(Inode* in);   // mu_ held: frees an unlinked inode nobody refers to
+  // mu_ held: frees an unlinked inode nobody refers to, unless a directory that still lists
+  // entries (it is given a name again; see namespace.cc).
+  void MaybeDrop(Inode* in);
+  // mu_ held: the same for an object the store no longer has, also a directory that still
+  // lists entries (this node's files being written there, whose publishes are refused).
+  void DropGone(Inode* in);
   void EraseInode(Inode* in);  // mu_ held: frees `in` now
   // mu_ held: drops the layout of a file nobody can read any more (no name, no open handle),
   // so its extents free now rather than when the kernel forgets the inode.
@@ -369,6 +374,8 @@ class Namespace {
   bool Overtakes(const Inode* x, ResetOrigin origin) const;
   // Whether the newest change of `id` this node made was refused (shared stores only).
   bool LastChangeRefusedLocked(ObjectId id) const;
+  // mu_ held: whether a directory holds one of `names` now.
+  bool HeldByDirectoryLocked(const std::vector<kvfs::Link>& names);
   // mu_ held, at a close: the reset that waited for `in`'s writer (resets_behind_writer_), when
   // the writer is gone and made no change of it since.
   std::optional<ResetOrigin> ResetAfterWriterLocked(const Inode* in);
@@ -396,6 +403,10 @@ class Namespace {
   // it does not know. Every node applies every change of the cluster, most of them in
   // directories it never looked at; each notification is a write to /dev/fuse.
   void KeepKnownToKernelLocked(Stale& stale) const;
+  // mu_ held: the remote records parked until directory `in` arrived (remote_orphans_) are
+  // applied, once it is in the tree: by a remote record of it, or by a reset that gives it
+  // back (it left the tree while its name waited, and records for it came meanwhile).
+  void AdoptParkedLocked(Inode* in, Stale& stale);
   bool KnownToKernelLocked(uint64_t ino) const;
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
   void RemoteRemoveLocked(ObjectId id, Stale& stale);

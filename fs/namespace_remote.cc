@@ -146,15 +146,16 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   } else if (attrs) {
     stale.inodes.emplace_back(rec.id, false);
   }
-  // Records that were waiting for this directory.
-  if (in->dir) {
-    auto waiting = remote_orphans_.find(rec.id);
-    if (waiting != remote_orphans_.end()) {
-      std::vector<ObjectRecord> children = std::move(waiting->second);
-      remote_orphans_.erase(waiting);
-      for (const ObjectRecord& child : children) RemotePutLocked(child, stale);
-    }
-  }
+  AdoptParkedLocked(in, stale);
+}
+
+void Namespace::AdoptParkedLocked(Inode* in, Stale& stale) {
+  if (!in->dir || !in->linked) return;
+  auto waiting = remote_orphans_.find(in->rec.id);
+  if (waiting == remote_orphans_.end()) return;
+  std::vector<ObjectRecord> children = std::move(waiting->second);
+  remote_orphans_.erase(waiting);
+  for (const ObjectRecord& child : children) RemotePutLocked(child, stale);
 }
 
 void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
@@ -164,12 +165,13 @@ void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
   Inode* in = Find(id);
   if (!in || id == kRootId) return;
   spdlog::debug("namespace: remote removal of {:x}", id);
-  // A directory's children were removed before it (a directory goes only empty).
+  // A directory's children were removed before it (a directory goes only empty); a file of
+  // this node still being written there stays with its writer (its publish is refused).
   UnlinkAllNames(in, &stale.entries);
   // Open handles keep the layout they hold; nothing more is journaled for this inode.
   in->journaled = false;
   ReleaseUnreachableData(in);
-  MaybeDrop(in);
+  DropGone(in);
 }
 
 bool Namespace::KnownToKernelLocked(uint64_t ino) const {

@@ -15,7 +15,8 @@ namespace kvfs::fs {
 
 void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, ResetOrigin origin) {
   if (id == kRootId || id == kInvalidId) return;
-  std::vector<std::pair<uint64_t, std::string>> stale_names;
+  Stale stale;
+  auto& stale_names = stale.entries;
   bool data_changed = false;
   {
     std::lock_guard lock(mu_);
@@ -75,7 +76,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       }
       UnlinkAllNames(in, &stale_names);
       in->journaled = false;
-      MaybeDrop(in);
+      DropGone(in);
     } else {
       if (!in) {
         // An unlink that never became durable: the inode comes back.
@@ -99,6 +100,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       TakeAllButNames(in, *record);
       if (data_changed) NewVersion(in);
       in->journaled = true;
+      AdoptParkedLocked(in, stale);
       MaybeDrop(in);
     }
   }
@@ -108,6 +110,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
               origin.seq);
   if (!sink_) return;
   for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
+  for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
   if (data_changed) sink_->InvalidateInode(id, true);
 }
 

@@ -163,6 +163,41 @@ class ClusterEtcd(unittest.TestCase):
                 wait_until(lambda: files_of(k) == want, VISIBLE_S,
                            what=f"round {r}: node {k} shows {want}")
 
+    def test_a_directory_whose_new_name_waits_on_a_local_file_keeps_its_entries(self):
+        # Node 2 renames directories onto names node 1's writers hold open, not published yet:
+        # node 1's view of each directory waits for its name (it leaves node 1's tree) until
+        # that publish is refused and a reset gives it back. It came back empty, on node 1
+        # only: an entry it had (x/f) and one made while it waited (x2/g) were cut off there.
+        c = self.cluster(n=2, replicas=1)
+        os.mkdir(c.path(2, "x"))
+        self.write(c, 2, "x/f", b"before")
+        os.mkdir(c.path(2, "x2"))
+        c.wait_exists(1, "x/f", VISIBLE_S)
+        c.wait_exists(1, "x2", VISIBLE_S)
+        fds = []
+        for name in ("y", "y2"):
+            fds.append(os.open(c.path(1, name), os.O_WRONLY | os.O_CREAT, 0o644))
+            os.write(fds[-1], b"local")
+        os.rename(c.path(2, "x"), c.path(2, "y"))
+        os.rename(c.path(2, "x2"), c.path(2, "y2"))
+        self.write(c, 2, "y2/g", b"after")
+        done = c.etcd.revision()
+        wait_until(lambda: c.nodes_json(1)["revision"] >= done, VISIBLE_S,
+                   what="node 1 applied node 2's changes")
+        # The directories took the names first: the files' publishes are refused, and their
+        # writers hear it (before, close returned 0 and the bytes were gone).
+        for fd in fds:
+            with self.assertRaises(OSError) as e:
+                os.close(fd)
+            self.assertEqual(e.exception.errno, errno.EISDIR)
+        for k in (1, 2):
+            wait_until(lambda: os.path.isdir(c.path(k, "y")) and os.path.isdir(c.path(k, "y2")),
+                       VISIBLE_S, what=f"node {k} shows the directories under their new names")
+            self.assertEqual(os.listdir(c.path(k, "y")), ["f"], f"node {k}")
+            self.assertEqual(os.listdir(c.path(k, "y2")), ["g"], f"node {k}")
+            self.assertEqual(self.read(c, k, "y/f"), b"before")
+            self.assertEqual(self.read(c, k, "y2/g"), b"after")
+
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
         # notices and refuses changes up front): that change fails with EROFS after the etcd
