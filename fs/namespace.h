@@ -451,6 +451,9 @@ class Namespace {
   // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of
   // theirs (a put, a removal, a reset) came first.
   std::unordered_map<ObjectId, ObjectRecord> deferred_claims_;
+  // The objects the remote commit being applied puts (ApplyRemoteChanges): a name one of them
+  // holds goes to the record that claims it, since the holder's own record follows.
+  std::unordered_set<ObjectId> applying_;
   uint64_t next_view_ = 0;  // ids of versions and write sessions (OpenState::cache_view)
   std::mutex apply_mu_;
   std::condition_variable apply_cv_;

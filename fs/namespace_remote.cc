@@ -57,6 +57,14 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, const Objec
                                 Stale& stale) {
   Inode* other = Child(dir, name);
   if (!other || other->rec.id == rec.id) return true;
+  // The holder's own change is in the commit being applied (an exchange, a directory renamed
+  // where another moves from): its record, which follows in the same step, gives it its new
+  // names. Before, a directory kept the name and the claimant stayed out of the tree for good.
+  if (other->journaled && applying_.count(other->rec.id)) {
+    RemoveName(other, dir, name);
+    stale.entries.emplace_back(dir->rec.id, name);
+    return true;
+  }
   // This node's own file, not published yet, keeps the name until its publish decides; a
   // directory keeps it until its own change (a rename, an rmdir) arrives and frees it.
   if (!other->journaled || other->dir) {
@@ -194,7 +202,9 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
     std::lock_guard lock(mu_);
     // Removes first: a name one commit frees is then free for the records it puts.
     for (ObjectId id : removes) RemoteRemoveLocked(id, stale);
+    for (const ObjectRecord& rec : puts) applying_.insert(rec.id);
     for (const ObjectRecord& rec : puts) RemotePutLocked(rec, stale);
+    applying_.clear();
     KeepKnownToKernelLocked(stale);
     remote_since_trim_ += puts.size() + removes.size();
     trim = remote_since_trim_ >= kTrimEveryRecords;

@@ -26,6 +26,15 @@ from kvfs_cluster import KvfsCluster, start_cluster, wait_until
 from kvfs_testlib import chunk_bytes, default_kvfs_bin, write_file_atomic
 
 VISIBLE_S = 5.0
+RENAME_EXCHANGE = 2  # renameat2(2) flags (linux/fs.h)
+
+
+def rename_exchange(a: str, b: str) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a)
 # A node whose lease expired (3 s TTL in the harness) plus margin.
 DOWN_S = 20.0
 
@@ -197,6 +206,23 @@ class ClusterEtcd(unittest.TestCase):
             self.assertEqual(os.listdir(c.path(k, "y2")), ["g"], f"node {k}")
             self.assertEqual(self.read(c, k, "y/f"), b"before")
             self.assertEqual(self.read(c, k, "y2/g"), b"after")
+
+    def test_an_exchange_of_directories_on_another_node_shows_both(self):
+        # One commit puts both directories, each under the other's name: applying the first,
+        # its new name was still the second's, and a directory kept it; the first stayed out
+        # of node 1's tree for good (its subtree with it).
+        c = self.cluster(n=2, replicas=1)
+        for d in ("a", "b"):
+            os.mkdir(c.path(2, d))
+            self.write(c, 2, f"{d}/in-{d}", d.encode())
+        c.wait_exists(1, "b/in-b", VISIBLE_S)
+        rename_exchange(c.path(2, "a"), c.path(2, "b"))
+        for k in (2, 1):
+            wait_until(lambda: sorted(os.listdir(c.path(k, ""))) == ["a", "b"] and
+                       os.listdir(c.path(k, "a")) == ["in-b"] and
+                       os.listdir(c.path(k, "b")) == ["in-a"], VISIBLE_S,
+                       what=f"node {k} shows a and b exchanged")
+        self.assertEqual(self.read(c, 1, "a/in-b"), b"b")
 
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
