@@ -22,6 +22,38 @@ Compare ModIs(const std::string& key, int64_t rev) {
   return {key, "", Compare::Target::kModRevision, Compare::Op::kEqual, rev, ""};
 }
 
+// For debug lines: what a batch puts, removes and names, with the revisions it is based on.
+std::string Describe(const MetaBatch& batch) {
+  std::string what;
+  for (const auto& put : batch.puts)
+    what += " put " + Hex16(put.id) + "@" + std::to_string(put.revision);
+  for (size_t i = 0; i < batch.removes.size(); ++i)
+    what += " remove " + Hex16(batch.removes[i]) + "@" +
+            std::to_string(i < batch.remove_revisions.size() ? batch.remove_revisions[i] : 0);
+  for (const NameChange& c : batch.names)
+    what += " name " + std::to_string(c.parent) + "/" + c.name + " " + Hex16(c.from) + "->" +
+            Hex16(c.to);
+  return what;
+}
+
+// A put's names that the batch does not move (an in-place rewrite, a chmod): its transaction
+// compares that etcd gives them to the object. At most this many per put: a file with
+// hundreds of hard links would not fit one transaction, and its first names are the ones a
+// change built on a refused rename or exchange gets wrong.
+constexpr size_t kKeptNameCompares = 8;
+
+std::vector<Link> KeptNames(const ObjectRecord& rec, const MetaBatch& batch) {
+  std::vector<Link> kept;
+  for (const Link& l : rec.links()) {
+    if (kept.size() == kKeptNameCompares) break;
+    const bool moved =
+        std::any_of(batch.names.begin(), batch.names.end(),
+                    [&](const NameChange& c) { return c.parent == l.parent && c.name == l.name; });
+    if (!moved) kept.push_back(l);
+  }
+  return kept;
+}
+
 size_t OpCount(const etcd::TxnRequest& t) { return std::max(t.compare.size(), t.success.size()); }
 
 // Two batches of one group checking the same thing (that their directory still exists) send
@@ -240,6 +272,19 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, Txn
     }
     if (c.to != kInvalidId && c.parent != kRootId && !ids.count(c.parent)) parents.insert(c.parent);
   }
+  // A name a put keeps must be its own in etcd. A change built on this node's refused rename
+  // or exchange before its reset (a rewrite of the file the tree showed under the refused
+  // name) committed a record naming 'a' while etcd gave 'a' to another object and left the
+  // record's real name key pointing at it: nodes that read the namespace afresh showed another
+  // file than the running ones (a random-exchange script on two nodes, 3 runs in 50).
+  for (const ObjectRecord& rec : batch.puts) {
+    for (const Link& l : KeptNames(rec, batch)) {
+      const std::string key = keys_->Name(l.parent, l.name);
+      txn->compare.push_back(
+          {key, "", Compare::Target::kValue, Compare::Op::kEqual, 0, Hex16(rec.id)});
+      read(key);
+    }
+  }
   for (uint64_t parent : parents) {
     const std::string key = keys_->Record(parent);
     txn->compare.push_back({key, "", Compare::Target::kVersion, Compare::Op::kGreater, 0, ""});
@@ -270,6 +315,8 @@ uint64_t NamespaceLog::Rebase(ObjectId id, uint64_t rev) const {
 }
 
 void NamespaceLog::RecordCommit(const MetaBatch& batch, int64_t revision) {
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("namespace log: committed at revision {}:{}", revision, Describe(batch));
   const auto now = std::chrono::steady_clock::now();
   auto note = [&](ObjectId id, uint64_t given) {
     rebase_[id][Rebase(id, given)] = static_cast<uint64_t>(revision);
@@ -431,15 +478,8 @@ void NamespaceLog::CommitOne(Pending& p) {
       std::lock_guard lock(mu_);
       ++counters_.conflicts;
     }
-    if (spdlog::should_log(spdlog::level::debug)) {
-      std::string what;
-      for (const auto& put : batch.puts)
-        what += " put " + Hex16(put.id) + "@" + std::to_string(put.revision);
-      for (const NameChange& c : batch.names)
-        what += " name " + std::to_string(c.parent) + "/" + c.name + " " + Hex16(c.from) + "->" +
-                Hex16(c.to);
-      spdlog::debug("namespace log: refused at revision {}:{}", r->revision, what);
-    }
+    if (spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("namespace log: refused at revision {}:{}", r->revision, Describe(batch));
     ResetWork work;
     work.Add(batch);
     if (!ResetTo(work, seen)) return Finish(p, ResetUnanswered(), 0);
@@ -478,7 +518,27 @@ Result<bool> NamespaceLog::ClaimUnkeyedNames(MetaBatch& batch) {
     c.from = kInvalidId;
     claimed = true;
   }
-  return claimed;
+  // The same for a name a put keeps (compared in BuildTxn): taken with the batch.
+  std::vector<NameChange> taken;
+  for (const ObjectRecord& put : batch.puts) {
+    for (const Link& l : KeptNames(put, batch)) {
+      etcd::RangeRequest r;
+      r.key = keys_->Name(l.parent, l.name);
+      KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse held, etcd_->Range(r));
+      if (!held.kvs.empty()) continue;
+      KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(put.id));
+      if (!rec) continue;
+      const std::vector<Link> names = rec->links();
+      if (std::find(names.begin(), names.end(), l) == names.end()) continue;
+      spdlog::warn(
+          "cluster: record {:x} names '{}' in directory {:x} but the name key is missing; "
+          "the change takes the name as free",
+          put.id, l.name, l.parent);
+      taken.push_back({l.parent, l.name, kInvalidId, put.id});
+    }
+  }
+  batch.names.insert(batch.names.end(), taken.begin(), taken.end());
+  return claimed || !taken.empty();
 }
 
 Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, ObjectId holder) {
