@@ -58,9 +58,10 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, const Objec
   Inode* other = Child(dir, name);
   if (!other || other->rec.id == rec.id) return true;
   // The holder's own change is in the commit being applied (an exchange, a directory renamed
-  // where another moves from): its record, which follows in the same step, gives it its new
-  // names. Before, a directory kept the name and the claimant stayed out of the tree for good.
-  if (other->journaled && applying_.count(other->rec.id)) {
+  // where another moves from) and not applied yet: its record, which follows in the same step,
+  // gives it its new names. Before, a directory kept the name and the claimant stayed out of
+  // the tree for good. (A record parked for its directory is older than that commit.)
+  if (other->journaled && applying_.count(other->rec.id) && other->rec.revision < rec.revision) {
     RemoveName(other, dir, name);
     stale.entries.emplace_back(dir->rec.id, name);
     return true;
