@@ -276,7 +276,7 @@ Status NamespaceLog::BuildTxn(const MetaBatch& batch, etcd::TxnRequest* txn, Txn
   // or exchange before its reset (a rewrite of the file the tree showed under the refused
   // name) committed a record naming 'a' while etcd gave 'a' to another object and left the
   // record's real name key pointing at it: nodes that read the namespace afresh showed another
-  // file than the running ones (a random-exchange script on two nodes, 3 runs in about 60).
+  // file than the running ones (a random-exchange script on two nodes, 3 runs in about 70).
   for (const ObjectRecord& rec : batch.puts) {
     for (const Link& l : KeptNames(rec, batch)) {
       const std::string key = keys_->Name(l.parent, l.name);
