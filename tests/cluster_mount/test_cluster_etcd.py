@@ -23,18 +23,9 @@ import unittest
 import urllib.error
 
 from kvfs_cluster import KvfsCluster, start_cluster, wait_until
-from kvfs_testlib import chunk_bytes, default_kvfs_bin, write_file_atomic
+from kvfs_testlib import chunk_bytes, default_kvfs_bin, rename_exchange, write_file_atomic
 
 VISIBLE_S = 5.0
-RENAME_EXCHANGE = 2  # renameat2(2) flags (linux/fs.h)
-
-
-def rename_exchange(a: str, b: str) -> None:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), RENAME_EXCHANGE) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), a)
 # A node whose lease expired (3 s TTL in the harness) plus margin.
 DOWN_S = 20.0
 

@@ -13,11 +13,10 @@ other nodes' trees (4 in 5 with exchanges only), a rewrite built on a refused ex
 a record under another object's name (3 in 70), and crossing directory moves on two nodes made a
 cycle (its own test in test_cluster_etcd.py). With the fixes, none in over 100 seeds.
 
-Default run: three seeds on two nodes (about 5 s each). KVFS_STRESS=1 runs KVFS_RANDOM_RUNS
+Default run: three seeds on two nodes (about 5 s in all). KVFS_STRESS=1 runs KVFS_RANDOM_RUNS
 seeds (default 30) from KVFS_RANDOM_SEED (default 100) on three nodes."""
 
 import base64
-import ctypes
 import errno
 import hashlib
 import os
@@ -28,18 +27,12 @@ import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
+from kvfs_testlib import rename_exchange
 
 NAMES = ("a", "b", "c", "d")
 OPS = ("mkdir", "write", "publish", "rename", "rename", "exchange", "unlink", "rmdir", "link",
        "symlink")
 SETTLE_S = 20.0
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def rename_exchange(a: str, b: str) -> None:
-    if _libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:  # RENAME_EXCHANGE
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), a)
 
 
 def random_path(rng: random.Random) -> str:

@@ -99,6 +99,16 @@ def file_matches(path: str | os.PathLike, name: str | bytes, size: int | None = 
     return data == chunk_bytes(name, len(data))
 
 
+def rename_exchange(a: str | os.PathLike, b: str | os.PathLike) -> None:
+    """renameat2(a, b, RENAME_EXCHANGE): swaps two names atomically (Python has no wrapper)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    rename_exchange_flag = 2  # RENAME_EXCHANGE, linux/fs.h
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), rename_exchange_flag) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fsdecode(a))
+
+
 def write_file_atomic(path: str | os.PathLike, data: bytes, tmp_suffix: str | None = None,
                       fsync: bool = False) -> None:
     """Publish like a connector: write a temp file beside path, close, rename over path."""
