@@ -36,24 +36,6 @@ std::string Describe(const MetaBatch& batch) {
   return what;
 }
 
-// A put's names that the batch does not move (an in-place rewrite, a chmod): its transaction
-// compares that etcd gives them to the object. At most this many per put: a file with
-// hundreds of hard links would not fit one transaction, and its first names are the ones a
-// change built on a refused rename or exchange gets wrong.
-constexpr size_t kKeptNameCompares = 8;
-
-std::vector<Link> KeptNames(const ObjectRecord& rec, const MetaBatch& batch) {
-  std::vector<Link> kept;
-  for (const Link& l : rec.links()) {
-    if (kept.size() == kKeptNameCompares) break;
-    const bool moved =
-        std::any_of(batch.names.begin(), batch.names.end(),
-                    [&](const NameChange& c) { return c.parent == l.parent && c.name == l.name; });
-    if (!moved) kept.push_back(l);
-  }
-  return kept;
-}
-
 size_t OpCount(const etcd::TxnRequest& t) { return std::max(t.compare.size(), t.success.size()); }
 
 // Two batches of one group checking the same thing (that their directory still exists) send
@@ -64,6 +46,18 @@ std::string CompareIdentity(const etcd::Compare& c) {
 }
 
 }  // namespace
+
+std::vector<Link> NamespaceLog::KeptNames(const ObjectRecord& rec, const MetaBatch& batch) {
+  std::vector<Link> kept;
+  for (const Link& l : rec.links()) {
+    if (kept.size() == kKeptNameCompares) break;
+    const bool moved =
+        std::any_of(batch.names.begin(), batch.names.end(),
+                    [&](const NameChange& c) { return c.parent == l.parent && c.name == l.name; });
+    if (!moved) kept.push_back(l);
+  }
+  return kept;
+}
 
 NamespaceLog::NamespaceLog(etcd::Client* etcd, const NamespaceKeys* keys,
                            NamespaceLogOptions options, NamespaceLogHooks hooks)
@@ -491,101 +485,6 @@ void NamespaceLog::CommitOne(Pending& p) {
   work.Add(batch);
   if (!ResetTo(work, 0)) return Finish(p, ResetUnanswered(), 0);
   Finish(p, Status::Conflict("the names kept being taken by other nodes"), 0);
-}
-
-Result<bool> NamespaceLog::ClaimUnkeyedNames(MetaBatch& batch) {
-  std::set<ObjectId> ids;
-  for (const auto& put : batch.puts) ids.insert(put.id);
-  for (ObjectId id : batch.removes) ids.insert(id);
-  std::set<std::string> seen;
-  bool claimed = false;
-  for (NameChange& c : batch.names) {
-    const std::string key = keys_->Name(c.parent, c.name);
-    if (!seen.insert(key).second || c.from == kInvalidId || !ids.count(c.from)) continue;
-    etcd::RangeRequest r;
-    r.key = key;
-    KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse held, etcd_->Range(r));
-    if (!held.kvs.empty()) continue;
-    KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(c.from));
-    if (!rec) continue;
-    const std::vector<Link> names = rec->links();
-    if (std::find(names.begin(), names.end(), Link{c.parent, c.name}) == names.end())
-      continue;  // the fs shows a name etcd never gave: the reset settles it
-    spdlog::warn(
-        "cluster: record {:x} names '{}' in directory {:x} but the name key is missing; "
-        "the change takes the name as free",
-        c.from, c.name, c.parent);
-    c.from = kInvalidId;
-    claimed = true;
-  }
-  // The same for a name a put keeps (compared in BuildTxn): taken with the batch.
-  std::vector<NameChange> taken;
-  for (const ObjectRecord& put : batch.puts) {
-    for (const Link& l : KeptNames(put, batch)) {
-      etcd::RangeRequest r;
-      r.key = keys_->Name(l.parent, l.name);
-      KVFS_ASSIGN_OR_RETURN(etcd::RangeResponse held, etcd_->Range(r));
-      if (!held.kvs.empty()) continue;
-      KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(put.id));
-      if (!rec) continue;
-      const std::vector<Link> names = rec->links();
-      if (std::find(names.begin(), names.end(), l) == names.end()) continue;
-      spdlog::warn(
-          "cluster: record {:x} names '{}' in directory {:x} but the name key is missing; "
-          "the change takes the name as free",
-          put.id, l.name, l.parent);
-      taken.push_back({l.parent, l.name, kInvalidId, put.id});
-    }
-  }
-  batch.names.insert(batch.names.end(), taken.begin(), taken.end());
-  return claimed || !taken.empty();
-}
-
-Result<bool> NamespaceLog::Displace(MetaBatch& batch, const NameChange& change, ObjectId holder) {
-  for (const auto& put : batch.puts) {
-    if (put.id == holder) return false;  // the batch changes the holder itself: not for us
-  }
-  KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ObjectRecord> rec, ReadRecord(holder));
-  auto take_from_holder = [&] {
-    for (NameChange& c : batch.names) {
-      if (c.parent == change.parent && c.name == change.name && c.from == kInvalidId)
-        c.from = holder;
-    }
-  };
-  if (!rec) {
-    // The holder's record is gone. Its removal also removes its names, so the next attempt
-    // usually finds the name free; a name key left without its record (nothing else would ever
-    // clear it, and every publish to that name would be refused for good) is taken over: the
-    // batch compares the name with that holder and overwrites it.
-    spdlog::info("cluster: '{}' in directory {:x} names record {:x}, which is gone: taken over",
-                 change.name, change.parent, holder);
-    take_from_holder();
-    return true;
-  }
-  // A new directory, and an exclusive change, do not take a name a live record holds.
-  if (batch.exclusive) return false;
-  for (const auto& put : batch.puts) {
-    if (put.id == change.to && put.type == ObjectType::kDirectory) return false;
-  }
-  if (rec->type == ObjectType::kDirectory) return false;
-  // Take the name out of the holder's record: the record goes on with its other names, or
-  // goes when it had no other.
-  std::vector<Link> names = rec->links();
-  std::erase_if(names,
-                [&](const Link& l) { return l.parent == change.parent && l.name == change.name; });
-  if (names.empty()) {
-    batch.removes.push_back(holder);
-    batch.remove_revisions.push_back(rec->revision);
-  } else {
-    rec->parent = names[0].parent;
-    rec->name = names[0].name;
-    rec->extra_links.assign(names.begin() + 1, names.end());
-    batch.puts.push_back(*rec);
-  }
-  take_from_holder();
-  spdlog::info("cluster: '{}' in directory {:x} taken over from record {:x}", change.name,
-               change.parent, holder);
-  return true;
 }
 
 Result<std::unique_ptr<ObjectRecord>> NamespaceLog::ReadRecord(ObjectId id) {

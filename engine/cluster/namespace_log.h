@@ -200,6 +200,14 @@ class NamespaceLog {
   // next attempt; true when there was one. Without it every change of the name was refused,
   // for good.
   Result<bool> ClaimUnkeyedNames(MetaBatch& batch);
+  // Whether etcd has no key for `name` while `id`'s record names it (logged as a warning).
+  Result<bool> Unkeyed(ObjectId id, const Link& name);
+  // A put's names that the batch does not move (an in-place rewrite, a chmod): BuildTxn
+  // compares that etcd gives them to the object. At most kKeptNameCompares: a file with
+  // hundreds of hard links would not fit one transaction, and its first names are the ones a
+  // change built on a refused rename or exchange gets wrong.
+  static constexpr size_t kKeptNameCompares = 8;
+  static std::vector<Link> KeptNames(const ObjectRecord& rec, const MetaBatch& batch);
   // Tries to take over, for `batch`, a name another node's record holds. False: cannot.
   Result<bool> Displace(MetaBatch& batch, const NameChange& change, ObjectId holder);
   void Finish(Pending& p, Status st, int64_t revision);
