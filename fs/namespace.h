@@ -403,6 +403,9 @@ class Namespace {
   // it does not know. Every node applies every change of the cluster, most of them in
   // directories it never looked at; each notification is a write to /dev/fuse.
   void KeepKnownToKernelLocked(Stale& stale) const;
+  // mu_ held, after a remote commit: the directories whose entries it changed take the time
+  // of the change (mtime, ctime), as the node that made it showed.
+  void TouchChangedDirectoriesLocked(const Stale& stale);
   // mu_ held: the remote records parked until directory `in` arrived (remote_orphans_) are
   // applied, once it is in the tree: by a remote record of it, or by a reset that gives it
   // back (it left the tree while its name waited, and records for it came meanwhile).

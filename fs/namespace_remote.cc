@@ -183,6 +183,25 @@ void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
   DropGone(in);
 }
 
+void Namespace::TouchChangedDirectoriesLocked(const Stale& stale) {
+  // A directory whose entries another node changed has changed here too: its mtime and ctime
+  // move as for a local change (ls -lt, find -newer). Before, they moved only on the node that
+  // made the change, and a directory's times differed between nodes for good. The kernel's
+  // cached attributes of the directory go with the entry's invalidation (the kernel drops its
+  // parent's attributes then). Not written back (not lazy_dirty): the record in etcd is the
+  // changing node's business, and every node persisting every directory at shutdown would be a
+  // storm of puts. A node that reads etcd afresh shows the times of the records.
+  if (stale.entries.empty()) return;
+  const Timespec64 now = Now();
+  uint64_t last = 0;
+  for (const auto& [parent, name] : stale.entries) {
+    if (parent == last) continue;  // a commit's entries mostly share their directory
+    last = parent;
+    Inode* dir = Find(parent);
+    if (dir && dir->dir) dir->rec.mtime = dir->rec.ctime = now;
+  }
+}
+
 bool Namespace::KnownToKernelLocked(uint64_t ino) const {
   if (ino == kRootId) return true;  // never forgotten
   const Inode* in = inodes_.Find(ino);
@@ -206,6 +225,7 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
     for (const ObjectRecord& rec : puts) applying_.insert(rec.id);
     for (const ObjectRecord& rec : puts) RemotePutLocked(rec, stale);
     applying_.clear();
+    TouchChangedDirectoriesLocked(stale);
     KeepKnownToKernelLocked(stale);
     remote_since_trim_ += puts.size() + removes.size();
     trim = remote_since_trim_ >= kTrimEveryRecords;
@@ -254,6 +274,7 @@ void Namespace::ApplyRemoteResync(const std::vector<ObjectId>& present, uint64_t
     if (!gone.empty())
       spdlog::info("namespace: re-read at revision {}: {} objects gone meanwhile", revision,
                    gone.size());
+    TouchChangedDirectoriesLocked(stale);
     KeepKnownToKernelLocked(stale);
   }
   if (!sink_) return;
