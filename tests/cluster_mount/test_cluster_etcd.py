@@ -23,7 +23,8 @@ import unittest
 import urllib.error
 
 from kvfs_cluster import KvfsCluster, start_cluster, wait_until
-from kvfs_testlib import chunk_bytes, default_kvfs_bin, rename_exchange, write_file_atomic
+from kvfs_testlib import (RENAME_NOREPLACE, chunk_bytes, default_kvfs_bin, rename_exchange,
+                          renameat2, write_file_atomic)
 
 VISIBLE_S = 5.0
 # A node whose lease expired (3 s TTL in the harness) plus margin.
@@ -97,6 +98,50 @@ class ClusterEtcd(unittest.TestCase):
                 wait_until(lambda: os.path.exists(c.path(node, name)) and
                            self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
                            what=f"node {node} shows the winner's {name}")
+
+    def test_rename_noreplace_race_across_nodes_has_one_winner(self):
+        # Each of 6 writers on 3 nodes publishes its own temp file onto one name with
+        # RENAME_NOREPLACE at once: exactly one rename takes the name, the others get EEXIST
+        # and keep their temp files, and every node shows the winner's bytes.
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "x"))
+        for k in (2, 3):
+            c.wait_exists(k, "x", VISIBLE_S)
+        writers = [(k, i) for k in (1, 2, 3) for i in range(2)]
+        for round_ in range(6):
+            name = f"x/chunk{round_}"
+            for k, i in writers:
+                self.write(c, k, f"{name}.tmp{k}{i}", f"node{k}-{i}".encode())
+            for k, i in writers:
+                for node in (1, 2, 3):
+                    c.wait_exists(node, f"{name}.tmp{k}{i}", VISIBLE_S)
+            barrier = threading.Barrier(len(writers))
+            results = []
+
+            def publish(k, i):
+                barrier.wait()
+                try:
+                    renameat2(c.path(k, f"{name}.tmp{k}{i}"), c.path(k, name), RENAME_NOREPLACE)
+                    results.append((k, i, 0))
+                except OSError as e:
+                    results.append((k, i, e.errno))
+            threads = [threading.Thread(target=publish, args=w) for w in writers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            winners = [(k, i) for k, i, err in results if err == 0]
+            self.assertEqual(len(winners), 1, f"{name}: {results}")
+            for k, i, err in results:
+                self.assertIn(err, (0, errno.EEXIST), f"{name}: {results}")
+            k, i = winners[0]
+            left = sorted(f"chunk{round_}.tmp{a}{b}" for a, b in writers if (a, b) != (k, i))
+            for node in (1, 2, 3):
+                wait_until(lambda: os.path.exists(c.path(node, name)) and
+                           self.read(c, node, name) == f"node{k}-{i}".encode() and
+                           sorted(n for n in os.listdir(c.path(node, "x"))
+                                  if n.startswith(f"chunk{round_}.")) == left, VISIBLE_S,
+                           what=f"node {node} shows the winner's {name} and the losers' temps")
 
     def test_mkdir_and_rename_noreplace_across_nodes(self):
         c = self.cluster(n=2, replicas=1)
@@ -214,6 +259,31 @@ class ClusterEtcd(unittest.TestCase):
                        os.listdir(c.path(k, "b")) == ["in-a"], VISIBLE_S,
                        what=f"node {k} shows a and b exchanged")
         self.assertEqual(self.read(c, 1, "a/in-b"), b"b")
+
+    def test_a_directory_changed_on_another_node_takes_the_time_of_the_change(self):
+        # A directory's mtime moved only on the node that changed its entries: node 1 showed
+        # the time it had set long after node 2 published into and unlinked from it.
+        c = self.cluster(n=2, replicas=1)
+        old = 1_300_000_000
+        os.mkdir(c.path(1, "d"))
+        c.wait_exists(2, "d", VISIBLE_S)
+
+        def set_old_everywhere():
+            os.utime(c.path(1, "d"), (old, old))
+            for k in (1, 2):
+                wait_until(lambda: int(os.stat(c.path(k, "d")).st_mtime) == old, VISIBLE_S,
+                           what=f"node {k} shows the time set on node 1")
+        set_old_everywhere()
+        self.write(c, 2, "d/f", b"new entry")
+        c.wait_exists(1, "d/f", VISIBLE_S)
+        wait_until(lambda: os.stat(c.path(1, "d")).st_mtime > old, VISIBLE_S,
+                   what="node 1 shows d changed by node 2's publish")
+        set_old_everywhere()
+        os.unlink(c.path(2, "d/f"))
+        c.wait_gone(1, "d/f", VISIBLE_S)
+        wait_until(lambda: os.stat(c.path(1, "d")).st_mtime > old and
+                   os.stat(c.path(1, "d")).st_ctime > old, VISIBLE_S,
+                   what="node 1 shows d changed by node 2's unlink")
 
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive

@@ -99,14 +99,22 @@ def file_matches(path: str | os.PathLike, name: str | bytes, size: int | None = 
     return data == chunk_bytes(name, len(data))
 
 
-def rename_exchange(a: str | os.PathLike, b: str | os.PathLike) -> None:
-    """renameat2(a, b, RENAME_EXCHANGE): swaps two names atomically (Python has no wrapper)."""
+RENAME_NOREPLACE = 1  # linux/fs.h
+RENAME_EXCHANGE = 2
+
+
+def renameat2(a: str | os.PathLike, b: str | os.PathLike, flags: int) -> None:
+    """renameat2(2) on two paths (Python has no wrapper); OSError on failure."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    rename_exchange_flag = 2  # RENAME_EXCHANGE, linux/fs.h
-    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), rename_exchange_flag) != 0:
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), os.fsdecode(a))
+
+
+def rename_exchange(a: str | os.PathLike, b: str | os.PathLike) -> None:
+    """renameat2(a, b, RENAME_EXCHANGE): swaps two names atomically."""
+    renameat2(a, b, RENAME_EXCHANGE)
 
 
 def write_file_atomic(path: str | os.PathLike, data: bytes, tmp_suffix: str | None = None,
