@@ -171,9 +171,25 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void CompactHistory();
   // mu_ held: takes the oldest retiring copy off the queue (the caller releases it after mu_).
   LayoutRef PopRetiring();
-  // Publishes the fresh local layouts of a batch: a chunk each, placed on its holders.
-  Result<MetaBatch> Prepare(MetaBatch batch,
+  // A fresh local layout of a batch being placed (Prepare): the placement this batch makes
+  // (`mine`: it tells the batches that wait on it what it became) or the one it waits for
+  // (`theirs`: an earlier batch's placement of the same layout).
+  struct PendingPlacement {
+    size_t put = 0;  // index in the batch's puts
+    std::shared_ptr<std::promise<LayoutRef>> mine;
+    std::shared_future<LayoutRef> theirs;
+  };
+  // Publishes the fresh local layouts of a batch: a chunk each, placed on its holders, or the
+  // chunk an earlier batch's placement of the same layout made.
+  Result<MetaBatch> Prepare(MetaBatch batch, std::vector<PendingPlacement> placements,
                             std::shared_ptr<std::vector<Committed::NewLayout>> out);
+  // Prepare's placement of one layout: the chunk an earlier batch placed (`theirs`), or one
+  // placed on its holders now and told to the batches that wait on it (`mine`).
+  Result<LayoutRef> PlaceFor(const LayoutRef& fresh, const PendingPlacement& placement);
+  // Tells the batches waiting on `placement` (its `mine`) what `fresh` became: `cluster`, or
+  // null when the placement failed or its batch was refused first.
+  void AnswerPlacement(const LayoutRef& fresh, const PendingPlacement& placement,
+                       LayoutRef cluster);
   Result<LayoutRef> PlaceChunk(const LayoutRef& fresh);
   // After a commit or a watched change: holdings follow the records.
   void NoteRecords(const std::vector<ObjectRecord>& puts, const std::vector<ObjectId>& removes);
@@ -234,6 +250,12 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // Local layouts published recently -> their cluster layout, so a batch that still carries
   // the local layout (built before the publish returned) means that version, not a new one.
   RecentPublishes published_;
+  // Local layouts being placed now -> what their placement becomes (null: it failed). A batch
+  // submitted meanwhile that carries the same layout (a rename racing the close that publishes
+  // the file, on another thread) waits for it: it placed that version again as a new chunk,
+  // committed after the close's, and the close's chunk was dropped as replaced while the fs
+  // showed it (reads of the file failed on that node for good).
+  std::unordered_map<const Layout*, std::shared_future<LayoutRef>> placing_now_;
   // Pending commits: the layouts their preparation replaced, and how many puts and removes the
   // fs gave (the log may add the holders of names it took over).
   struct PendingCommit {

@@ -51,10 +51,11 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   KVFS_RETURN_IF_ERROR(log_->ResetIfUncertain(in));
   MetaBatch batch = in;
   auto replaced = std::make_shared<std::vector<Committed::NewLayout>>();
-  bool fresh = false;
+  std::vector<PendingPlacement> placements;
   {
     std::lock_guard lock(mu_);
-    for (ObjectRecord& rec : batch.puts) {
+    for (size_t i = 0; i < batch.puts.size(); ++i) {
+      ObjectRecord& rec = batch.puts[i];
       if (!IsFresh(rec)) continue;
       // A version this node published a moment ago, still carried by a batch built before the
       // fs heard back: that version, not a new one.
@@ -64,23 +65,29 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
       } else if (rec.layout->size == 0) {
         replaced->push_back({rec.id, rec.layout, nullptr});
         rec.layout = nullptr;  // an empty file has no chunk
+      } else if (auto it = placing_now_.find(rec.layout.get()); it != placing_now_.end()) {
+        placements.push_back({i, nullptr, it->second});  // being published: wait for it
       } else {
-        fresh = true;
+        auto mine = std::make_shared<std::promise<LayoutRef>>();
+        placing_now_.emplace(rec.layout.get(), mine->get_future().share());
+        placements.push_back({i, std::move(mine), {}});
       }
     }
   }
   Result<uint64_t> token = Status::Ok();
   std::shared_future<Result<MetaBatch>> placed;  // only batches with chunks to place
-  if (!fresh) {
+  if (placements.empty()) {
     token = log_->Submit(std::move(batch));
   } else {
     // Placing the chunks (local hold, PUTs to the other holders) runs while earlier batches
-    // commit; the committer takes this one in its turn, once placed.
-    placed = placing_
-                 ->Async([this, b = std::move(batch), replaced]() mutable {
-                   return Prepare(std::move(b), replaced);
-                 })
-                 .share();
+    // commit; the committer takes this one in its turn, once placed. The pool runs tasks in
+    // order of arrival, so a placement a batch waits for has started before it.
+    placed =
+        placing_
+            ->Async([this, b = std::move(batch), p = std::move(placements), replaced]() mutable {
+              return Prepare(std::move(b), std::move(p), replaced);
+            })
+            .share();
     token = log_->Submit(placed);
   }
   if (!token.ok()) {
@@ -98,17 +105,48 @@ Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   return token;
 }
 
-Result<MetaBatch> ClusterStore::Prepare(MetaBatch batch,
+Result<MetaBatch> ClusterStore::Prepare(MetaBatch batch, std::vector<PendingPlacement> placements,
                                         std::shared_ptr<std::vector<Committed::NewLayout>> out) {
-  for (ObjectRecord& rec : batch.puts) {
-    if (!IsFresh(rec)) continue;
-    LayoutRef fresh = rec.layout;
-    KVFS_ASSIGN_OR_RETURN(rec.layout, PlaceChunk(fresh));
-    out->push_back({rec.id, fresh, rec.layout});
-    std::lock_guard lock(mu_);
-    published_.Add(fresh, rec.layout);
+  Status failed;
+  for (const PendingPlacement& p : placements) {
+    ObjectRecord& rec = batch.puts[p.put];
+    if (!failed.ok()) {
+      // The batch is refused; its own placements still answer the batches waiting on them
+      // (which then place the layout themselves).
+      if (p.mine) AnswerPlacement(rec.layout, p, nullptr);
+      continue;
+    }
+    Result<LayoutRef> cluster = PlaceFor(rec.layout, p);
+    if (!cluster.ok()) {
+      failed = cluster.status();
+      continue;
+    }
+    out->push_back({rec.id, rec.layout, *cluster});
+    rec.layout = std::move(*cluster);
   }
+  if (!failed.ok()) return failed;
   return batch;
+}
+
+Result<LayoutRef> ClusterStore::PlaceFor(const LayoutRef& fresh,
+                                         const PendingPlacement& placement) {
+  if (!placement.mine) {
+    // The version an earlier batch is placing: its chunk, or one of this batch's own when that
+    // placement failed.
+    if (LayoutRef theirs = placement.theirs.get()) return theirs;
+    return PlaceChunk(fresh);
+  }
+  Result<LayoutRef> cluster = PlaceChunk(fresh);
+  AnswerPlacement(fresh, placement, cluster.ok() ? *cluster : nullptr);
+  return cluster;
+}
+
+void ClusterStore::AnswerPlacement(const LayoutRef& fresh, const PendingPlacement& placement,
+                                   LayoutRef cluster) {
+  std::lock_guard lock(mu_);
+  if (cluster) published_.Add(fresh, cluster);
+  placing_now_.erase(fresh.get());
+  placement.mine->set_value(std::move(cluster));
 }
 
 Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
