@@ -285,6 +285,40 @@ class ClusterEtcd(unittest.TestCase):
                    os.stat(c.path(1, "d")).st_ctime > old, VISIBLE_S,
                    what="node 1 shows d changed by node 2's unlink")
 
+    def test_a_rename_racing_the_close_that_publishes_the_file_keeps_its_data(self):
+        # Node 2 frozen: the close's placement of the chunk waits on its PUT there. A rename of
+        # the file on another thread meanwhile carried the same version and placed it again as
+        # a new chunk, committed after the close's; the close's chunk was dropped as replaced
+        # while node 1 showed it, and every read of the file there failed (EIO) for good.
+        c = self.cluster(n=2, replicas=2)
+        data = os.urandom(300_000)
+        for round_ in range(3):
+            f, g = f"f{round_}", f"g{round_}"
+            fd = os.open(c.path(1, f), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            closer = threading.Thread(target=os.close, args=(fd,))
+            renamer = threading.Thread(target=os.rename, args=(c.path(1, f), c.path(1, g)))
+            os.kill(c.nodes[2].pid, signal.SIGSTOP)
+            try:
+                closer.start()
+                time.sleep(0.3)  # the close is placing its chunk
+                renamer.start()
+                time.sleep(0.3)  # the rename is on its way too
+            finally:
+                os.kill(c.nodes[2].pid, signal.SIGCONT)
+            closer.join()
+            renamer.join()
+            c.wait_exists(2, g, VISIBLE_S)
+            self.assertEqual(self.read(c, 2, g), data, f"round {round_}")
+            self.assertEqual(c.location(1, g)["chunk_key"], c.location(2, g)["chunk_key"],
+                             f"round {round_}: the nodes show one version")
+        # A replaced chunk's local copy is kept a few seconds for its readers (kRetireGrace).
+        time.sleep(6)
+        for round_ in range(3):
+            with open(c.path(1, f"g{round_}"), "rb") as fh:  # not the pages the writer left
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                self.assertEqual(fh.read(), data, f"round {round_}")
+
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
         # notices and refuses changes up front): that change fails with EROFS after the etcd
