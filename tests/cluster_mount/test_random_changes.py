@@ -1,10 +1,12 @@
 """Random namespace changes on several nodes at once, checked against etcd.
 
 Two threads per node make random changes (mkdir, write, publish by temp file and rename,
-rename, RENAME_EXCHANGE, unlink, rmdir, link, symlink) over four names three levels deep, so most
-of them race with another node's change of the same names. Afterwards every node, and a node
-started afterwards (it reads etcd afresh), must show the same tree, and in etcd every record's
-names must be exactly the name keys that point at it.
+rename, RENAME_EXCHANGE, RENAME_NOREPLACE, O_EXCL create, unlink, rmdir, link, symlink, truncate,
+append, pwrite, chmod, utime) over four names three levels deep, so most of them race with
+another node's change of the same names. Afterwards every node, and a node started afterwards
+(it reads etcd afresh), must show the same tree (types, contents, link counts, modes, sizes, and
+the mtimes of all but directories, whose times are each node's own between their records'
+commits), and in etcd every record's names must be exactly the name keys that point at it.
 
 The script this test grew from found four defects on 2026-11-27, each leaving the nodes apart
 for good: a directory that left a node's tree while its name waited came back empty (its
@@ -14,24 +16,29 @@ a record under another object's name (3 in 70), and crossing directory moves on 
 cycle (its own test in test_cluster_etcd.py). With the fixes, none in over 100 seeds.
 
 Default run: three seeds on two nodes (about 5 s in all). KVFS_STRESS=1 runs KVFS_RANDOM_RUNS
-seeds (default 30) from KVFS_RANDOM_SEED (default 100) on three nodes."""
+seeds (default 30) from KVFS_RANDOM_SEED (default 100) on three nodes, and as many again on three
+nodes for KVFS_RANDOM_SECONDS (default 15) each while etcd is killed and restarted, frozen and
+compacted and nodes are killed (kill -9) and restarted or frozen, at random."""
 
 import base64
 import errno
 import hashlib
 import os
 import random
+import signal
+import stat
 import struct
 import threading
 import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
-from kvfs_testlib import rename_exchange
+from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2
 
 NAMES = ("a", "b", "c", "d")
-OPS = ("mkdir", "write", "publish", "rename", "rename", "exchange", "unlink", "rmdir", "link",
-       "symlink")
+OPS = ("mkdir", "write", "publish", "rename", "rename", "exchange", "noreplace", "excl", "unlink",
+       "rmdir", "link", "symlink", "truncate", "append", "pwrite", "chmod", "utime")
+FAILURES = ("etcd-restart", "etcd-freeze", "compact", "node-kill", "node-freeze")
 SETTLE_S = 20.0
 
 
@@ -55,18 +62,43 @@ def change(rng: random.Random, root: str, tag: str) -> None:
         os.rename(p, os.path.join(root, q))
     elif op == "exchange":
         rename_exchange(p, os.path.join(root, q))
+    elif op == "noreplace":
+        renameat2(p, os.path.join(root, q), RENAME_NOREPLACE)
+    elif op == "excl":
+        fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, rng.randbytes(rng.randint(0, 300)))
+        finally:
+            os.close(fd)
     elif op == "unlink":
         os.unlink(p)
     elif op == "rmdir":
         os.rmdir(p)
     elif op == "link":
         os.link(p, os.path.join(root, q))
-    else:
+    elif op == "symlink":
         os.symlink(q, p)
+    elif op == "truncate":
+        os.truncate(p, rng.randint(0, 6000))
+    elif op == "append":
+        with open(p, "ab") as f:
+            f.write(rng.randbytes(rng.randint(1, 3000)))
+    elif op == "pwrite":
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, rng.randbytes(rng.randint(1, 2000)), rng.randint(0, 8000))
+        finally:
+            os.close(fd)
+    elif op == "chmod":
+        os.chmod(p, rng.choice((0o600, 0o644, 0o700, 0o755)))
+    else:
+        when = rng.randint(1_000_000_000, 1_700_000_000)
+        os.utime(p, (when, when))
 
 
 def tree(root: str) -> dict[str, str]:
-    """Every path under root (the control directory left out) with its type and content."""
+    """Every path under root (the control directory left out) with its type, content, mode,
+    size and (but for directories) mtime."""
     out = {}
     for dirpath, dirs, files in os.walk(root):
         rel = os.path.relpath(dirpath, root)
@@ -86,6 +118,15 @@ def tree(root: str) -> dict[str, str]:
                     out[key] = f"file nlink {os.lstat(path).st_nlink} {digest}"
             except OSError as e:
                 out[key] = f"error {e.errno}"
+    for key in out:
+        try:
+            st = os.lstat(os.path.join(root, key))
+        except OSError as e:
+            out[key] += f" lstat error {e.errno}"
+            continue
+        out[key] += f" mode {st.st_mode:o} size {st.st_size}"
+        if not stat.S_ISDIR(st.st_mode):
+            out[key] += f" mtime {st.st_mtime_ns}"
     return out
 
 
@@ -112,7 +153,36 @@ class RandomChanges(unittest.TestCase):
         return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]))
                 for kv in r.get("kvs", [])]
 
-    def run_seed(self, seed: int, nodes: int, changes: int) -> None:
+    def fail_at_random(self, c, seed: int, nodes: int, done: threading.Event,
+                       events: list) -> None:
+        """Until `done`: every 0.3-1.2 s, one failure of etcd or of a node, and its end."""
+        rng = random.Random(seed + 77)
+        while not done.wait(rng.uniform(0.3, 1.2)):
+            what, k = rng.choice(FAILURES), rng.randint(1, nodes)
+            events.append(f"{what} {k}")
+            if what == "etcd-restart":
+                c.etcd.kill9()
+                time.sleep(rng.uniform(0.2, 2.0))
+                c.etcd.start()
+            elif what == "etcd-freeze":
+                c.etcd.pause()
+                time.sleep(rng.uniform(0.2, 3.0))
+                c.etcd.resume()
+            elif what == "compact":
+                c.etcd.compact()
+            elif what == "node-kill":
+                c.kill9(k)
+                time.sleep(rng.uniform(0.1, 1.0))
+                c.restart(k)
+            else:  # past its lease, at times
+                pid = c.nodes[k].pid
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(rng.uniform(0.5, 5.0))
+                os.kill(pid, signal.SIGCONT)
+
+    def run_seed(self, seed: int, nodes: int, changes: int = 0, seconds: float = 0,
+                 failures: bool = False) -> None:
+        """`changes` changes per thread, or as many as `seconds` allow (with failures)."""
         late = nodes + 1  # started afterwards: it shows what etcd holds
         c = start_cluster(self, n=late, replicas=2, start_nodes=list(range(1, nodes + 1)))
         answers: dict[str, int] = {}
@@ -120,7 +190,12 @@ class RandomChanges(unittest.TestCase):
 
         def writer(k: int, w: int) -> None:
             rng = random.Random(seed * 1000 + k * 10 + w)
-            for _ in range(changes):
+            end = time.monotonic() + seconds
+            n = 0
+            while n < changes or time.monotonic() < end:
+                n += 1
+                if seconds:
+                    time.sleep(rng.random() * 0.01)  # the failures meet changes of all kinds
                 try:
                     change(rng, c.path(k), f".tmp{k}{w}")
                     what = "ok"
@@ -130,11 +205,19 @@ class RandomChanges(unittest.TestCase):
                     answers[what] = answers.get(what, 0) + 1
         threads = [threading.Thread(target=writer, args=(k, w))
                    for k in range(1, nodes + 1) for w in range(2)]
+        done, events = threading.Event(), []
+        if failures:
+            threads.append(threading.Thread(target=self.fail_at_random,
+                                            args=(c, seed, nodes, done, events)))
         for t in threads:
             t.start()
-        for t in threads:
+        for t in threads[:2 * nodes]:
             t.join()
-        self.assertGreater(answers.get("ok", 0), changes // 4, f"seed {seed}: {answers}")
+        done.set()
+        for t in threads[2 * nodes:]:
+            t.join()
+        self.assertGreater(answers.get("ok", 0), max(changes // 4, 10),
+                           f"seed {seed}: {answers}, failures {events}")
         c.start_node(late)
 
         trees = {}
@@ -143,10 +226,13 @@ class RandomChanges(unittest.TestCase):
             trees.update({k: tree(c.path(k)) for k in range(1, late + 1)})
             return all(trees[k] == trees[late] for k in trees)
         try:
-            wait_until(agree, SETTLE_S, 0.5, what="every node shows etcd's tree")
+            # A node frozen last, past its lease, registers again first.
+            wait_until(agree, SETTLE_S * (2 if failures else 1), 0.5,
+                       what="every node shows etcd's tree")
         except AssertionError:
             diff = {k: sorted(set(t.items()) ^ set(trees[late].items())) for k, t in trees.items()}
-            self.fail(f"seed {seed}: nodes differ from a node started afterwards: {diff}")
+            self.fail(f"seed {seed}: nodes differ from a node started afterwards: {diff}; "
+                      f"failures {events}")
 
         # etcd itself: each record's names are the name keys that point at it.
         keys = set()
@@ -185,6 +271,19 @@ class RandomChanges(unittest.TestCase):
                 finally:
                     self.doCleanups()
                 print(f"seed {seed}: {time.monotonic() - started:.1f} s", flush=True)
+
+    @unittest.skipUnless(os.environ.get("KVFS_STRESS") == "1", "a stress run: KVFS_STRESS=1")
+    def test_three_nodes_agree_with_etcd_after_random_changes_and_failures(self):
+        first = int(os.environ.get("KVFS_RANDOM_SEED", "100"))
+        seconds = float(os.environ.get("KVFS_RANDOM_SECONDS", "15"))
+        for seed in range(first, first + int(os.environ.get("KVFS_RANDOM_RUNS", "30"))):
+            with self.subTest(seed=seed):
+                started = time.monotonic()
+                try:
+                    self.run_seed(seed, nodes=3, seconds=seconds, failures=True)
+                finally:
+                    self.doCleanups()
+                print(f"seed {seed}, failures: {time.monotonic() - started:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
