@@ -403,6 +403,9 @@ class Namespace {
   // it does not know. Every node applies every change of the cluster, most of them in
   // directories it never looked at; each notification is a write to /dev/fuse.
   void KeepKnownToKernelLocked(Stale& stale) const;
+  // Whether two states of an object show the same attributes (stat's fields; not its names
+  // nor, beyond its size, its data).
+  static bool SameAttrs(const NamelessRecord& a, const NamelessRecord& b);
   // mu_ held, after a remote commit: the directories whose entries it changed take the time
   // of the change (mtime, ctime), as the node that made it showed.
   void TouchChangedDirectoriesLocked(const Stale& stale);

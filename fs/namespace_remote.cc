@@ -44,14 +44,14 @@ bool SameTime(const Timespec64& a, const Timespec64& b) {
   return a.sec == b.sec && a.nsec == b.nsec;
 }
 
-bool SameAttrs(const NamelessRecord& a, const NamelessRecord& b) {
+}  // namespace
+
+bool Namespace::SameAttrs(const NamelessRecord& a, const NamelessRecord& b) {
   return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.flags == b.flags &&
          a.rdev() == b.rdev() && a.type == b.type && SameTime(a.atime, b.atime) &&
          SameTime(a.mtime, b.mtime) && SameTime(a.ctime, b.ctime) &&
          a.symlink_target() == b.symlink_target() && a.size() == b.size();
 }
-
-}  // namespace
 
 bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, const ObjectRecord& rec,
                                 Stale& stale) {

@@ -18,6 +18,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
   Stale stale;
   auto& stale_names = stale.entries;
   bool data_changed = false;
+  bool attrs_changed = false;
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(id);
@@ -88,6 +89,9 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
         inodes_.Put(std::move(fresh));
       }
       data_changed = in->rec.layout != record->layout;
+      // The kernel may hold the attributes of the refused change (a stat from another thread
+      // while it waited on etcd): it keeps them for kStableTimeout unless told.
+      attrs_changed = !SameAttrs(in->rec, *record);
       // Whatever occupies a durable name moves aside: it gets its own call, or was never durable.
       auto move_aside = [&](Inode* dir, const std::string& name) {
         Inode* occupant = Child(dir, name);
@@ -111,7 +115,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
   if (!sink_) return;
   for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
   for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
-  if (data_changed) sink_->InvalidateInode(id, true);
+  if (data_changed || attrs_changed) sink_->InvalidateInode(id, data_changed);
 }
 
 }  // namespace kvfs::fs
