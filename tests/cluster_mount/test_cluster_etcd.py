@@ -319,6 +319,37 @@ class ClusterEtcd(unittest.TestCase):
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                 self.assertEqual(fh.read(), data, f"round {round_}")
 
+    def test_attributes_a_failed_change_showed_meanwhile_are_taken_back(self):
+        # A chmod waiting on a frozen etcd is in the node's tree meanwhile: a stat from another
+        # thread shows it, and the kernel keeps that answer. etcd dies without taking it, the
+        # chmod fails (EROFS) and the file is reset to etcd's state, but the reset told the
+        # kernel only of a new version, not of attributes: the node showed the mode etcd never
+        # took for an hour (kStableTimeout).
+        c = self.cluster(n=1, replicas=1)
+        self.write(c, 1, "f", b"data")
+        os.chmod(c.path(1, "f"), 0o644)
+        errors = []
+
+        def chmod():
+            try:
+                os.chmod(c.path(1, "f"), 0o600)
+            except OSError as e:
+                errors.append(e.errno)
+        c.etcd.pause()
+        try:
+            t = threading.Thread(target=chmod)
+            t.start()
+            time.sleep(0.5)  # the chmod waits on etcd
+            shown = os.stat(c.path(1, "f")).st_mode & 0o777
+        finally:
+            c.etcd.kill9()  # the chmod's request dies with it, never applied
+        t.join()
+        c.etcd.start()
+        self.assertEqual(errors, [errno.EROFS])
+        self.assertEqual(shown, 0o600, "the tree showed the chmod while it waited")
+        wait_until(lambda: os.stat(c.path(1, "f")).st_mode & 0o777 == 0o644, VISIBLE_S,
+                   what="the node shows etcd's mode again")
+
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
         # notices and refuses changes up front): that change fails with EROFS after the etcd
