@@ -279,13 +279,15 @@ Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t le
 
 Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_t len) {
   if (!fh->can_write || !fh->session) return Status::Error(EBADF, "not open for writing");
-  {
-    std::lock_guard wl(fh->session->mu);
-    if (fh->append) offset = fh->session->writer->size();
-    KVFS_RETURN_IF_ERROR(fh->session->writer->Write(offset, data, len));
-    fh->session->size = fh->session->writer->size();
-    fh->session->dirty = true;
-  }
+  std::lock_guard wl(fh->session->mu);
+  if (fh->append) offset = fh->session->writer->size();
+  KVFS_RETURN_IF_ERROR(fh->session->writer->Write(offset, data, len));
+  fh->session->size = fh->session->writer->size();
+  fh->session->dirty = true;
+  // Still under the session's lock: a flush of another handle of the session (which publishes
+  // holding it) either sees these bytes and this time, or neither. Set after the lock, the
+  // time could miss the publish that took the bytes, and the tree kept a time the journal (or
+  // etcd) never had: the session was clean, so no publish followed.
   std::lock_guard lock(mu_);
   if (Inode* in = Find(fh->ino)) in->rec.mtime = in->rec.ctime = Now();
   return Status::Ok();

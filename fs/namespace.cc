@@ -475,6 +475,8 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     KVFS_RETURN_IF_ERROR(session->writer->Truncate(*req.size));
     session->size = session->writer->size();
     session->dirty = true;
+    std::lock_guard lock(mu_);  // under the session's lock, as Write sets it
+    if (Inode* in = Find(ino)) in->rec.mtime = Now();
   } else if (req.size && (base ? base->size : 0) != *req.size) {
     KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(base));
     KVFS_RETURN_IF_ERROR(writer->Truncate(*req.size));
@@ -522,7 +524,6 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
       in->rec.mtime = req.mtime == SetAttrRequest::Time::kNow ? now : req.mtime_value;
       changed = true;
     }
-    if (req.size && session) in->rec.mtime = now;
     if (changed || req.size) in->rec.ctime = now;
     if (changed && in->journaled && in->rec.id != kRootId) {
       batch.puts.push_back(RecordOf(in));
