@@ -64,6 +64,31 @@ class ClusterEtcd(unittest.TestCase):
                 return False
         wait_until(writable, 30.0, 0.5, what=what)
 
+    def one_winner(self, name, attempt) -> tuple:
+        """Runs attempt(k, i) for 2 writers on each of nodes 1-3 at once: exactly one must
+        succeed, the others fail EEXIST. Returns the winner (k, i)."""
+        writers = [(k, i) for k in (1, 2, 3) for i in range(2)]
+        barrier = threading.Barrier(len(writers))
+        results = []
+
+        def run(k, i):
+            barrier.wait()
+            try:
+                attempt(k, i)
+                results.append((k, i, 0))
+            except OSError as e:
+                results.append((k, i, e.errno))
+        threads = [threading.Thread(target=run, args=w) for w in writers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [(k, i) for k, i, err in results if err == 0]
+        self.assertEqual(len(winners), 1, f"{name}: {results}")
+        for k, i, err in results:
+            self.assertIn(err, (0, errno.EEXIST), f"{name}: {results}")
+        return winners[0]
+
     def test_o_excl_race_across_nodes_has_one_winner(self):
         c = self.cluster(n=3, replicas=2)
         os.mkdir(c.path(1, "x"))
@@ -71,29 +96,12 @@ class ClusterEtcd(unittest.TestCase):
             c.wait_exists(k, "x", VISIBLE_S)
         for round_ in range(8):
             name = f"x/lock{round_}"
-            barrier = threading.Barrier(6)
-            results = []
 
             def create(k, i):
-                barrier.wait()
-                try:
-                    fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                    os.write(fd, f"node{k}-{i}".encode())
-                    os.close(fd)
-                    results.append((k, i, 0))
-                except OSError as e:
-                    results.append((k, i, e.errno))
-            threads = [threading.Thread(target=create, args=(k, i)) for k in (1, 2, 3)
-                       for i in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            winners = [(k, i) for k, i, err in results if err == 0]
-            self.assertEqual(len(winners), 1, f"{name}: {results}")
-            for k, i, err in results:
-                self.assertIn(err, (0, errno.EEXIST), f"{name}: {results}")
-            k, i = winners[0]
+                fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.write(fd, f"node{k}-{i}".encode())
+                os.close(fd)
+            k, i = self.one_winner(name, create)
             for node in (1, 2, 3):
                 wait_until(lambda: os.path.exists(c.path(node, name)) and
                            self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
@@ -115,26 +123,10 @@ class ClusterEtcd(unittest.TestCase):
             for k, i in writers:
                 for node in (1, 2, 3):
                     c.wait_exists(node, f"{name}.tmp{k}{i}", VISIBLE_S)
-            barrier = threading.Barrier(len(writers))
-            results = []
 
             def publish(k, i):
-                barrier.wait()
-                try:
-                    renameat2(c.path(k, f"{name}.tmp{k}{i}"), c.path(k, name), RENAME_NOREPLACE)
-                    results.append((k, i, 0))
-                except OSError as e:
-                    results.append((k, i, e.errno))
-            threads = [threading.Thread(target=publish, args=w) for w in writers]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            winners = [(k, i) for k, i, err in results if err == 0]
-            self.assertEqual(len(winners), 1, f"{name}: {results}")
-            for k, i, err in results:
-                self.assertIn(err, (0, errno.EEXIST), f"{name}: {results}")
-            k, i = winners[0]
+                renameat2(c.path(k, f"{name}.tmp{k}{i}"), c.path(k, name), RENAME_NOREPLACE)
+            k, i = self.one_winner(name, publish)
             left = sorted(f"chunk{round_}.tmp{a}{b}" for a, b in writers if (a, b) != (k, i))
             for node in (1, 2, 3):
                 wait_until(lambda: os.path.exists(c.path(node, name)) and
