@@ -321,11 +321,6 @@ Result<nlohmann::json> Control::FileStatJson(uint64_t ino) {
   };
 }
 
-std::vector<std::string> Control::XattrNames() {
-  return {"user.kvfs.stat", "user.kvfs.id", "user.kvfs.state", "user.kvfs.checksum",
-          "user.kvfs.location"};
-}
-
 nlohmann::json Control::NodesJson() {
   const ClusterView v = store_->Cluster();
   nlohmann::json nodes = nlohmann::json::array();
@@ -378,8 +373,7 @@ Result<nlohmann::json> Control::LocationJson(uint64_t ino) {
 }
 
 Result<std::string> Control::GetXattr(uint64_t ino, std::string_view name) {
-  // Not in XattrNames: listing it would make `getfattr -d` read every byte of every file.
-  if (name == "user.kvfs.verify") return Verify(ino);
+  if (name == "user.kvfs.verify") return Verify(ino);  // reads every byte of the file
   if (name == "user.kvfs.location") {
     KVFS_ASSIGN_OR_RETURN(nlohmann::json location, LocationJson(ino));
     return JsonText(location);

@@ -81,8 +81,7 @@ class Control {
   std::string StatsText();
   // Per-file details for the user.kvfs.stat xattr.
   Result<nlohmann::json> FileStatJson(uint64_t ino);
-  // The user.kvfs.* xattrs: names for listxattr, a value for getxattr (ENODATA when unknown).
-  static std::vector<std::string> XattrNames();
+  // The value of a user.kvfs.* xattr (ENODATA when unknown). None is listed (OnListxattr).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name);
   // user.kvfs.checksum: "xxh3:" and 16 hex digits, XXH3_64 of the published version's
   // per-segment checksums (each 8 bytes little-endian, in file order). ENODATA off files.

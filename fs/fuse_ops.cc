@@ -372,13 +372,13 @@ void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   fuse_reply_buf(req, value->data(), value->size());
 }
 
-void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  std::string names;
-  if (!Control::Owns(ino))
-    for (const auto& n : Control::XattrNames()) names.append(n).push_back('\0');
-  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
-  if (size < names.size()) return Err(req, ERANGE);
-  fuse_reply_buf(req, names.data(), names.size());
+// No names: the user.kvfs.* attributes are computed status, not data of the file. Listed, they
+// were copied by `cp -a`, `tar --xattrs` and `rsync -X` onto the copies (another filesystem's
+// files carrying this mount's stale location and stat JSON), as CephFS found with its virtual
+// xattrs. getxattr answers them by name (kvfsctl(8)).
+void OnListxattr(fuse_req_t req, fuse_ino_t /*ino*/, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, 0);
+  fuse_reply_buf(req, nullptr, 0);
 }
 
 void OnFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,

@@ -333,7 +333,6 @@ class ChecksumXattr(KvfsctlTestCase):
 
     def test_checksum_follows_content(self):
         a = self.publish("c/a", 3 * MiB + 17)
-        self.assertIn("user.kvfs.checksum", os.listxattr(a))
         first = self.get(a)
         self.assertRegex(first, r"^xxh3:[0-9a-f]{16}$")
         self.assertEqual(self.get(a), first)  # stable
@@ -364,6 +363,23 @@ class ChecksumXattr(KvfsctlTestCase):
         empty = self.m.path("empty")
         open(empty, "wb").close()
         self.assertRegex(self.get(empty), r"^xxh3:[0-9a-f]{16}$")
+
+
+class StatusXattrsUnlisted(KvfsctlTestCase):
+    def test_cp_a_copies_no_kvfs_status(self):
+        # Listed, the user.kvfs.* names went with every `cp -a`, `tar --xattrs`, `rsync -X`
+        # onto the copies: another filesystem's files carrying this mount's stale JSON.
+        a = self.publish("c/a", MiB + 5)
+        self.assertEqual(os.listxattr(a), [])
+        self.assertEqual(os.listxattr(os.path.dirname(a)), [])
+        copy = os.path.join(self.tmp, "copy")
+        r = run(["cp", "-a", a, copy])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(file_matches(copy, "c/a", MiB + 5))
+        self.assertEqual([n for n in os.listxattr(copy) if n.startswith("user.kvfs.")], [])
+        # Still there by name.
+        self.assertEqual(json.loads(os.getxattr(a, "user.kvfs.stat"))["size"], MiB + 5)
+        self.assertEqual(os.getxattr(a, "user.kvfs.state"), b"published")
 
 
 if __name__ == "__main__":
