@@ -130,6 +130,13 @@ def tree(root: str) -> dict[str, str]:
     return out
 
 
+def describe_record(value: bytes) -> str:
+    """Id, type, mode, size and names of an etcd record value, for a failure's report."""
+    rid, names = record_names(value)
+    (kind, mode) = struct.unpack_from("<BI", value, 11)
+    return f"{rid:x} type {kind} mode {mode:o} names {sorted(names)}"
+
+
 def record_names(value: bytes) -> tuple[int, set]:
     """The id and names of an etcd record value (engine/cluster/record_value.h)."""
     (rid,) = struct.unpack_from("<Q", value, 3)
@@ -152,6 +159,31 @@ class RandomChanges(unittest.TestCase):
                                          "range_end": base64.b64encode(end.encode()).decode()})
         return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]))
                 for kv in r.get("kvs", [])]
+
+    def keep_etcd_dump(self, c, seed: int) -> None:
+        """KVFS_TEST_KEEP_LOGS=dir: etcd's records and name keys, beside the nodes' logs."""
+        keep = os.environ.get("KVFS_TEST_KEEP_LOGS")
+        if not keep:
+            return
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"etcd-seed{seed}.txt"), "w") as f:
+            for key, value in self.etcd_range(c, "/kvfs/d/"):
+                f.write(f"{key} -> {value.decode(errors='replace')}\n")
+            for key, value in self.etcd_range(c, "/kvfs/i/"):
+                f.write(f"{key}: {describe_record(value)}\n")
+            for k in sorted(c.nodes):
+                f.write(f"--- node {k}: path, readdir's inode, lstat's inode, mode, d_type\n")
+                for dirpath, dirs, files in os.walk(c.path(k)):
+                    with os.scandir(dirpath) as it:
+                        for e in it:
+                            rel = os.path.relpath(e.path, c.path(k))
+                            kind = "dir" if e.is_dir(follow_symlinks=False) else "-"
+                            try:
+                                st = e.stat(follow_symlinks=False)
+                            except OSError as err:
+                                f.write(f"{rel} {e.inode():x} error {err.errno}\n")
+                                continue
+                            f.write(f"{rel} {e.inode():x} {st.st_ino:x} {st.st_mode:o} {kind}\n")
 
     def fail_at_random(self, c, seed: int, nodes: int, done: threading.Event,
                        events: list) -> None:
@@ -231,6 +263,7 @@ class RandomChanges(unittest.TestCase):
                        what="every node shows etcd's tree")
         except AssertionError:
             diff = {k: sorted(set(t.items()) ^ set(trees[late].items())) for k, t in trees.items()}
+            self.keep_etcd_dump(c, seed)
             self.fail(f"seed {seed}: nodes differ from a node started afterwards: {diff}; "
                       f"failures {events}")
 
