@@ -136,8 +136,14 @@ TEST_F(ControlTest, SigtermStopsCleanly) {
   WriteFile(P("keep"), "kept");
   ASSERT_EQ(kill(pid_, SIGTERM), 0);
   int ws = 0;
-  for (int i = 0; i < 500 && waitpid(pid_, &ws, WNOHANG) != pid_; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool exited = false;
+  for (int i = 0; i < 500 && !exited; ++i) {
+    exited = waitpid(pid_, &ws, WNOHANG) == pid_;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Still running: Stop (TearDown) reports where its threads wait and kills it. Before, the
+  // test went on as if it had exited and hung in the next access to the mount.
+  ASSERT_TRUE(exited) << "kvfs still running 10 s after SIGTERM";
   pid_ = -1;
   ASSERT_TRUE(WIFEXITED(ws)) << DaemonLog();
   EXPECT_EQ(WEXITSTATUS(ws), 0) << DaemonLog();

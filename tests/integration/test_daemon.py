@@ -147,6 +147,41 @@ class Lifecycle(unittest.TestCase):
             self.assertTrue(file_matches(m.path("a"), "a", 3 * MiB))
             self.assertTrue(file_matches(m.path("x", "y", "b"), "b", 100))
 
+    def test_sigterm_before_the_loop_starts_stops(self):
+        # A SIGTERM during start-up waits (blocked) until the FUSE loop starts, which then ends
+        # before it answers the kernel's INIT. The shutdown joined the readahead thread, which
+        # waited in stat() of the mount point for that answer, before it unmounted: 19 of 20
+        # daemons hung for good, and every access to the mount point with them.
+        tmp = tempfile.mkdtemp(prefix="kvfs-early-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        mnt = os.path.join(tmp, "mnt")
+        os.mkdir(mnt)
+        self.addCleanup(_detach_all, mnt)
+
+        def log(i):
+            with open(os.path.join(tmp, f"{i}.log")) as f:
+                return f.read()
+        for i in range(5):
+            log_path = os.path.join(tmp, f"{i}.log")
+            with open(log_path, "w") as out:
+                p = subprocess.Popen([default_kvfs_bin(), mnt, "--data", os.path.join(tmp, f"d{i}"),
+                                      "--capacity", "64M", "-f"],
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            deadline = time.monotonic() + 10
+            # Logged once the stop signals are blocked, before the mount.
+            while "engine: opened" not in log(i) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            p.send_signal(signal.SIGTERM)
+            try:
+                rc = p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()  # by its pid: ours
+                p.wait()
+                _detach_all(mnt)
+                self.fail(f"round {i}: the daemon hung after SIGTERM:\n{log(i)}")
+            self.assertEqual(rc, 0, f"round {i}: {log(i)}")
+            self.assertFalse(_is_mounted(mnt), f"round {i}: SIGTERM left the mount behind")
+
     def test_restart_after_kill9_detaches_the_dead_mount(self):
         # A crashed daemon leaves a mount whose every request fails with ENOTCONN (stat of the
         # root may still answer from the attribute cache); the restart must not stack on it.
