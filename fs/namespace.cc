@@ -290,7 +290,10 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     if (std::string note; !shared_ && OpFailureLog().Allow(&note)) {
       spdlog::error("namespace: journal apply failed: {}{}", done.status().ToString(), note);
     }
-    if (shared_) EndInFlight(batch.seq, /*refused=*/true);
+    if (shared_) {
+      EndInFlight(batch.seq, /*refused=*/true);
+      ForgetRefusedInKernel(batch);
+    }
     return done.status();
   }
   if (done->revision != 0 || !done->layouts.empty()) {

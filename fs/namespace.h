@@ -384,6 +384,12 @@ class Namespace {
   // batch is its objects' newest change, that change gets a reset of its own and overtakes no
   // other (Overtakes).
   void EndInFlight(uint64_t seq, bool refused = false);
+  // A shared store answered `batch` with an error: the kernel kept its view from before the
+  // change (the operation failed), while this tree keeps the change until its reset, and etcd
+  // may yet have taken it (a transaction that timed out here and committed there). The reset
+  // tells the kernel only of what it changes in this tree, so the kernel forgets every name
+  // and attribute the batch touched now and asks this tree again.
+  void ForgetRefusedInKernel(const MetaBatch& batch);
   // Waits (at most 2 s) until every batch given to the store so far has been answered.
   void AwaitEarlierChanges();
   bool InFlightLocked(ObjectId id) const;

@@ -112,6 +112,15 @@ void Namespace::EndInFlight(uint64_t seq, bool refused) {
     RestoreStoreRecord(r.id, r.record ? &*r.record : nullptr, r.origin);
 }
 
+void Namespace::ForgetRefusedInKernel(const MetaBatch& batch) {
+  if (!sink_) return;
+  // Delivered once the failed request is answered: the kernel holds the directories' locks
+  // until then, and the notifier waits for them.
+  for (const NameChange& n : batch.names) sink_->InvalidateEntry(n.parent, n.name);
+  for (const ObjectRecord& put : batch.puts) sink_->InvalidateInode(put.id, false);
+  for (ObjectId id : batch.removes) sink_->InvalidateInode(id, false);
+}
+
 void Namespace::ApplyDeferredClaimsLocked(Stale& stale) {
   // Records that waited for a name one of these objects held: the holder's revision is final
   // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.

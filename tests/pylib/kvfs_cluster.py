@@ -118,6 +118,8 @@ class KvfsCluster:
         self.kvfs_bin = kvfs_bin or default_kvfs_bin()
         self.kvfsctl_bin = kvfsctl_bin or default_kvfsctl_bin()
         self.start_nodes = list(start_nodes) if start_nodes is not None else None
+        # Node k reaches etcd here instead (a relay, kvfs_relay.TcpRelay); set before it starts.
+        self.etcd_endpoint_of: dict[int, str] = {}
         self.lease_ttl_s = lease_ttl_s
         parent = os.environ.get("KVFS_TEST_TMPDIR") or None
         if parent:
@@ -166,7 +168,8 @@ class KvfsCluster:
                 "--secret-file", self._secret_of.get(k, self.secret_file),
                 "--transport", self.transport,
                 "--request-timeout", str(self.request_timeout_ms),
-                "--etcd", self.etcd.endpoint, "--lease-ttl", str(self.lease_ttl_s)]
+                "--etcd", self.etcd_endpoint_of.get(k, self.etcd.endpoint),
+                "--lease-ttl", str(self.lease_ttl_s)]
         level = os.environ.get("KVFS_TEST_LOG_LEVEL")  # e.g. debug, to trace a flaky case
         if level:
             args += ["--log-level", level]

@@ -1,0 +1,107 @@
+"""A TCP relay between a kvfs node and etcd that can lose etcd's answers on purpose.
+
+Python 3 standard library only. Every connection the node opens to the relay is relayed to the
+target as is. Inside `swallowing()`, whatever the target answers is dropped: etcd applies a
+request while the node hears nothing and gives up when its request times out, the one failure
+a freeze of etcd makes only by chance (a frozen etcd may or may not apply, once resumed, the
+requests the node gave up on). Leaving it closes every connection that lost bytes, so the node
+reconnects cleanly (a stream with a hole would not parse).
+
+    with TcpRelay(("127.0.0.1", etcd_port)) as relay:
+        ... start the node with --etcd relay.endpoint ...
+        with relay.swallowing():
+            os.rename(...)   # applied by etcd, EROFS here
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpRelay:
+    def __init__(self, target: tuple[str, int], host: str = "127.0.0.1"):
+        self.target = target
+        self._listener = socket.create_server((host, 0))
+        self.endpoint = f"http://{host}:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._swallow = False
+        self._pairs: list[tuple[socket.socket, socket.socket, list]] = []  # client, target, lost
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> "TcpRelay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pairs, self._pairs = self._pairs, []
+        self._listener.close()
+        for client, upstream, _ in pairs:
+            self._close_pair(client, upstream)
+
+    @contextlib.contextmanager
+    def swallowing(self):
+        """Drops the target's answers until the block ends, then closes the connections that
+        lost some."""
+        with self._lock:
+            self._swallow = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._swallow = False
+                lost = [p for p in self._pairs if p[2]]
+                self._pairs = [p for p in self._pairs if not p[2]]
+            for client, upstream, _ in lost:
+                self._close_pair(client, upstream)
+
+    @staticmethod
+    def _close_pair(client: socket.socket, upstream: socket.socket) -> None:
+        for s in (client, upstream):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            pair = (client, upstream, [])
+            with self._lock:
+                if self._closed:
+                    self._close_pair(client, upstream)
+                    return
+                self._pairs.append(pair)
+            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, pair[2]),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, lost: list | None) -> None:
+        """Copies src to dst; `lost` (the answer direction) gets an entry per dropped read."""
+        try:
+            while data := src.recv(65536):
+                if lost is not None:
+                    with self._lock:
+                        drop = self._swallow
+                    if drop:
+                        lost.append(len(data))
+                        continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
