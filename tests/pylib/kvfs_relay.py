@@ -1,11 +1,15 @@
-"""A TCP relay between a kvfs node and etcd that can lose etcd's answers on purpose.
+"""A TCP relay between a kvfs node and etcd that can lose or hold back what passes.
 
 Python 3 standard library only. Every connection the node opens to the relay is relayed to the
-target as is. Inside `swallowing()`, whatever the target answers is dropped: etcd applies a
-request while the node hears nothing and gives up when its request times out, the one failure
-a freeze of etcd makes only by chance (a frozen etcd may or may not apply, once resumed, the
-requests the node gave up on). Leaving it closes every connection that lost bytes, so the node
-reconnects cleanly (a stream with a hole would not parse).
+target as is, but:
+  - inside `swallowing()`, whatever the target answers is dropped: etcd applies a request while
+    the node hears nothing and gives up when its request times out, the one failure a freeze of
+    etcd makes only by chance (a frozen etcd may or may not apply, once resumed, the requests
+    the node gave up on). Leaving it closes every connection that lost bytes, so the node
+    reconnects cleanly (a stream with a hole would not parse);
+  - inside `holding()`, what the node sends waits in the relay and goes on, in order, when the
+    block ends, while etcd's answers and watch events still reach the node: the node's change
+    is on its way while other nodes' commits arrive.
 
     with TcpRelay(("127.0.0.1", etcd_port)) as relay:
         ... start the node with --etcd relay.endpoint ...
@@ -27,6 +31,8 @@ class TcpRelay:
         self.endpoint = f"http://{host}:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._swallow = False
+        self._hold = False
+        self._held: dict[int, list[bytes]] = {}  # by the client socket's fileno, in order
         self._pairs: list[tuple[socket.socket, socket.socket, list]] = []  # client, target, lost
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -61,6 +67,23 @@ class TcpRelay:
             for client, upstream, _ in lost:
                 self._close_pair(client, upstream)
 
+    @contextlib.contextmanager
+    def holding(self):
+        """Holds back what the node sends until the block ends, then sends it on in order."""
+        with self._lock:
+            self._hold = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._hold = False
+                held, self._held = self._held, {}
+                targets = {p[0].fileno(): p[1] for p in self._pairs}
+                for fileno, chunks in held.items():
+                    with contextlib.suppress(OSError):
+                        if fileno in targets:
+                            targets[fileno].sendall(b"".join(chunks))
+
     @staticmethod
     def _close_pair(client: socket.socket, upstream: socket.socket) -> None:
         for s in (client, upstream):
@@ -86,20 +109,33 @@ class TcpRelay:
                     self._close_pair(client, upstream)
                     return
                 self._pairs.append(pair)
-            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._forward, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, pair[2]),
                              daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, lost: list | None) -> None:
-        """Copies src to dst; `lost` (the answer direction) gets an entry per dropped read."""
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Copies what the node sends to the target, holding it back inside holding()."""
+        try:
+            while data := client.recv(65536):
+                with self._lock:  # held bytes go on under the lock, before any newer ones
+                    if self._hold:
+                        self._held.setdefault(client.fileno(), []).append(data)
+                        continue
+                    upstream.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, lost: list) -> None:
+        """Copies the target's answers to the node; `lost` gets an entry per dropped read."""
         try:
             while data := src.recv(65536):
-                if lost is not None:
-                    with self._lock:
-                        drop = self._swallow
-                    if drop:
-                        lost.append(len(data))
-                        continue
+                with self._lock:
+                    drop = self._swallow
+                if drop:
+                    lost.append(len(data))
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
