@@ -126,6 +126,7 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   }
   const std::vector<kvfs::Link> names = rec.links();
   bool new_version = false, attrs = false;
+  const uint64_t revision_before = in ? in->rec.revision : 0;
   if (!in) {
     auto fresh = std::make_unique<Inode>();
     fresh->rec = rec;
@@ -144,6 +145,13 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
   // Everything but the names, which SetNames settled (a name lost to a conflict is left out).
   // A local writer's open session stays as it is; its close publishes over this version.
   TakeAllButNames(in, rec);
+  // A name of the record waits for a change of this node on its way (deferred_claims_):
+  // applied again, whole, once that change is answered, the record must not be skipped then
+  // as already applied. It was, and a directory another node had moved onto the name of this
+  // node's new file, its publish on its way, was gone from this node for good, its subtree
+  // with it (the stress run, seed 920). A change of this node built meanwhile on the
+  // half-applied record is based on the older revision, and refused.
+  if (deferred_claims_.count(rec.id)) in->rec.revision = revision_before;
   if (new_version) NewVersion(in);
   in->journaled = in->linked;
   if (!in->linked) {

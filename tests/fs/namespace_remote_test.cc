@@ -321,6 +321,44 @@ TEST(NamespaceRemoteTest, ARecordWaitsForTheAnswerOfAChangeOnItsWayToItsName) {
   }
 }
 
+// Another node moves directory D onto c, free in etcd, while this node's new file c is on its
+// way there (its first publish). D's record waits for the publish's answer, having left its
+// old name; the publish is refused, and the file goes once its writer closes (the reset waits
+// for that). D must then take c. Before, the record applied again was skipped as already
+// applied, and would have waited again for the unpublished file without anything applying it
+// once more: D and its subtree were gone from this node for good (the stress run, seed 920).
+TEST(NamespaceRemoteTest, ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoes) {
+  GatedSharedStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kD = (9ull << 48) | 41, kInner = (9ull << 48) | 42;
+  ns.ApplyRemoteChanges({RemoteRecord(kD, kRootId, "b", ObjectType::kDirectory, 10),
+                         RemoteRecord(kInner, kD, "inner", ObjectType::kFile, 11)},
+                        {});
+  auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
+  ASSERT_TRUE(created.ok());
+  auto [entry, fh] = *created;
+  const ObjectId kX = entry.attr.st_ino;
+  ASSERT_TRUE(ns.Write(fh, 0, "new", 3).ok());
+  Status flushed;
+  std::thread closer([&, fh = fh] { flushed = ns.Flush(fh); });
+  store.WaitUntilWaiting();
+  ns.ApplyRemoteChanges({RemoteRecord(kD, kRootId, "c", ObjectType::kDirectory, 12)}, {});
+  EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kX);  // the file keeps it meanwhile
+  store.Answer(Status::Error(EROFS, "etcd is unreachable"));
+  closer.join();
+  EXPECT_EQ(flushed.err(), EROFS);
+  ns.RestoreStoreRecord(kX, nullptr, {12, 0});  // etcd has no file: after its writer's close
+  EXPECT_TRUE(ns.Release(fh).ok());
+  auto c = ns.Lookup(kRootId, "c");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->attr.st_ino, kD);
+  EXPECT_TRUE(S_ISDIR(c->attr.st_mode));
+  EXPECT_TRUE(ns.Lookup(kD, "inner").ok());
+  EXPECT_FALSE(ns.Lookup(kRootId, "b").ok());
+}
+
 // Refuses the next change as if etcd were unreachable, and keeps every batch it is given.
 class UnreachableOnceStore : public SharedMemoryStore {
  public:
