@@ -131,7 +131,7 @@ def tree(root: str) -> dict[str, str]:
 
 
 def describe_record(value: bytes) -> str:
-    """Id, type, mode, size and names of an etcd record value, for a failure's report."""
+    """Id, type, mode and names of an etcd record value, for a failure's report."""
     rid, names = record_names(value)
     (kind, mode) = struct.unpack_from("<BI", value, 11)
     return f"{rid:x} type {kind} mode {mode:o} names {sorted(names)}"
@@ -161,7 +161,9 @@ class RandomChanges(unittest.TestCase):
                 for kv in r.get("kvs", [])]
 
     def keep_etcd_dump(self, c, seed: int) -> None:
-        """KVFS_TEST_KEEP_LOGS=dir: etcd's records and name keys, beside the nodes' logs."""
+        """KVFS_TEST_KEEP_LOGS=dir: etcd's name keys and records, and every node's paths with
+        readdir's and lstat's inode numbers (a kernel entry the tree no longer has shows as two
+        numbers), beside the nodes' logs."""
         keep = os.environ.get("KVFS_TEST_KEEP_LOGS")
         if not keep:
             return
