@@ -58,16 +58,12 @@ class ClusterEtcd(unittest.TestCase):
 
     def etcd_names(self, c) -> set:
         """Every name key in etcd."""
-        r = c.etcd.call("/v3/kv/range", {"key": base64.b64encode(b"/kvfs/d/").decode(),
-                                         "range_end": base64.b64encode(b"/kvfs/d0").decode()})
-        return {base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])}
+        return {key for key, _ in c.etcd.range_prefix("/kvfs/d/")}
 
     def etcd_mode(self, c, ino: int) -> int:
         """The permission bits of object `ino`'s record in etcd (engine/cluster/record_value.cc:
         format, origin, id, type, then the mode)."""
-        r = c.etcd.call("/v3/kv/range", {"key": base64.b64encode(f"/kvfs/i/{ino:016x}".encode())
-                                         .decode()})
-        value = base64.b64decode(r["kvs"][0]["value"])
+        [(_, value)] = c.etcd.range_prefix(f"/kvfs/i/{ino:016x}")
         return int.from_bytes(value[12:16], "little") & 0o7777
 
     def write_when_accepted(self, c, k, rel, data, what):

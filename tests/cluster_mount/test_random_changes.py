@@ -20,7 +20,6 @@ seeds (default 30) from KVFS_RANDOM_SEED (default 100) on three nodes, and as ma
 nodes for KVFS_RANDOM_SECONDS (default 15) each while etcd is killed and restarted, frozen and
 compacted and nodes are killed (kill -9) and restarted or frozen, at random."""
 
-import base64
 import errno
 import hashlib
 import os
@@ -153,13 +152,6 @@ def record_names(value: bytes) -> tuple[int, set]:
 
 
 class RandomChanges(unittest.TestCase):
-    def etcd_range(self, c, prefix: str) -> list[tuple[str, bytes]]:
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        r = c.etcd.call("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
-                                         "range_end": base64.b64encode(end.encode()).decode()})
-        return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]))
-                for kv in r.get("kvs", [])]
-
     def keep_etcd_dump(self, c, seed: int) -> None:
         """KVFS_TEST_KEEP_LOGS=dir: etcd's name keys and records, and every node's paths with
         readdir's and lstat's inode numbers (a kernel entry the tree no longer has shows as two
@@ -169,9 +161,9 @@ class RandomChanges(unittest.TestCase):
             return
         os.makedirs(keep, exist_ok=True)
         with open(os.path.join(keep, f"etcd-seed{seed}.txt"), "w") as f:
-            for key, value in self.etcd_range(c, "/kvfs/d/"):
+            for key, value in c.etcd.range_prefix("/kvfs/d/"):
                 f.write(f"{key} -> {value.decode(errors='replace')}\n")
-            for key, value in self.etcd_range(c, "/kvfs/i/"):
+            for key, value in c.etcd.range_prefix("/kvfs/i/"):
                 f.write(f"{key}: {describe_record(value)}\n")
             for k in sorted(c.nodes):
                 f.write(f"--- node {k}: path, readdir's inode, lstat's inode, mode, d_type\n")
@@ -271,11 +263,11 @@ class RandomChanges(unittest.TestCase):
 
         # etcd itself: each record's names are the name keys that point at it.
         keys = set()
-        for key, value in self.etcd_range(c, "/kvfs/d/"):
+        for key, value in c.etcd.range_prefix("/kvfs/d/"):
             parent, name = key[len("/kvfs/d/"):].split("/", 1)
             keys.add((int(parent, 16), name, int(value, 16)))
         named = set()
-        for _, value in self.etcd_range(c, "/kvfs/i/"):
+        for _, value in c.etcd.range_prefix("/kvfs/i/"):
             rid, names = record_names(value)
             named |= {(parent, name, rid) for parent, name in names}
         self.assertEqual(named - keys, set(), f"seed {seed}: records naming what etcd gives "

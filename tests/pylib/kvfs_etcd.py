@@ -93,6 +93,14 @@ class EtcdProcess:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read() or b"{}")
 
+    def range_prefix(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Every key under `prefix` with its value, in key order."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self.call("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
+                                       "range_end": base64.b64encode(end.encode()).decode()})
+        return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]))
+                for kv in r.get("kvs", [])]
+
     def revision(self) -> int:
         r = self.call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
         return int(r["header"]["revision"])

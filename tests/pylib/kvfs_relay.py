@@ -109,34 +109,32 @@ class TcpRelay:
                     self._close_pair(client, upstream)
                     return
                 self._pairs.append(pair)
-            threading.Thread(target=self._forward, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, pair[2]),
-                             daemon=True).start()
+            lost = pair[2]
 
-    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
-        """Copies what the node sends to the target, holding it back inside holding()."""
-        try:
-            while data := client.recv(65536):
-                with self._lock:  # held bytes go on under the lock, before any newer ones
+            def request(data: bytes, client=client, upstream=upstream) -> None:
+                with self._lock:  # held bytes go on under it (holding()), before newer ones
                     if self._hold:
                         self._held.setdefault(client.fileno(), []).append(data)
-                        continue
-                    upstream.sendall(data)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            upstream.shutdown(socket.SHUT_WR)
+                    else:
+                        upstream.sendall(data)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, lost: list) -> None:
-        """Copies the target's answers to the node; `lost` gets an entry per dropped read."""
-        try:
-            while data := src.recv(65536):
+            def answer(data: bytes, client=client, lost=lost) -> None:
                 with self._lock:
                     drop = self._swallow
                 if drop:
                     lost.append(len(data))
-                    continue
-                dst.sendall(data)
+                else:
+                    client.sendall(data)
+            threading.Thread(target=self._copy, args=(client, upstream, request),
+                             daemon=True).start()
+            threading.Thread(target=self._copy, args=(upstream, client, answer),
+                             daemon=True).start()
+
+    def _copy(self, src: socket.socket, dst: socket.socket, send) -> None:
+        """Hands every read of src to `send` until src ends, then ends dst."""
+        try:
+            while data := src.recv(65536):
+                send(data)
         except OSError:
             pass
         with contextlib.suppress(OSError):
