@@ -393,7 +393,8 @@ class Namespace {
   // Waits (at most 2 s) until every batch given to the store so far has been answered.
   void AwaitEarlierChanges();
   bool InFlightLocked(ObjectId id) const;
-  // Whether a name `rec` takes is held by another object whose change is on its way.
+  // Whether a name `rec` takes is held by another object whose change is on its way, or by a
+  // file of this node not published yet.
   bool NameBlockedLocked(const ObjectRecord& rec);
   Status PublishLocked(FileHandle* fh);  // session->mu held
   void TouchAtime(Inode* in);            // mu_ held
@@ -409,6 +410,8 @@ class Namespace {
   // it does not know. Every node applies every change of the cluster, most of them in
   // directories it never looked at; each notification is a write to /dev/fuse.
   void KeepKnownToKernelLocked(Stale& stale) const;
+  // Tells the kernel (through the sink's thread) what went stale; mu_ not held.
+  void Announce(const Stale& stale);
   // Whether two states of an object show the same attributes (stat's fields; not its names
   // nor, beyond its size, its data).
   static bool SameAttrs(const NamelessRecord& a, const NamelessRecord& b);
@@ -422,7 +425,8 @@ class Namespace {
   bool KnownToKernelLocked(uint64_t ino) const;
   void RemotePutLocked(const ObjectRecord& rec, Stale& stale);
   void RemoteRemoveLocked(ObjectId id, Stale& stale);
-  // mu_ held: applies the other nodes' records that waited for a name an answered change held.
+  // mu_ held: applies the other nodes' records that waited for a name, once no change on its
+  // way and no file in writing holds it.
   void ApplyDeferredClaimsLocked(Stale& stale);
   bool ClaimNameLocked(Inode* dir, const std::string& name, const ObjectRecord& rec, Stale& stale);
 
@@ -460,8 +464,9 @@ class Namespace {
   std::unordered_map<ObjectId, ResetOrigin> resets_behind_writer_;
   std::condition_variable in_flight_cv_;  // with mu_: a batch left in_flight_
   // Other nodes' records that would have taken a name held by an object of an in-flight batch
-  // (ClaimNameLocked), by id: applied when that batch is answered, unless a newer state of
-  // theirs (a put, a removal, a reset) came first.
+  // or by a file not published yet (ClaimNameLocked), by id: applied when that batch is
+  // answered or that file leaves the name, unless a newer state of theirs (a put, a removal, a
+  // reset) came first.
   std::unordered_map<ObjectId, ObjectRecord> deferred_claims_;
   // The objects the remote commit being applied puts (ApplyRemoteChanges): a name one of them
   // holds goes to the record that claims it, since the holder's own record follows.

@@ -152,7 +152,8 @@ Result<EntryInfo> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
 Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_dir) {
   if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
   MetaBatch batch;
-  uint64_t ticket;
+  uint64_t ticket = 0;
+  Stale freed;
   {
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(parent));
@@ -165,15 +166,19 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
       return Status::Error(EISDIR, "is a directory");
     }
     const Timespec64 now = Now();
+    const bool unpublished = !in->journaled;
     NameLedger names;
     NoteNames(names, in);
     DetachEntry(dir, in, std::string(name), now, &batch);
     FinishNames(names, &batch);
     dir->rec.mtime = dir->rec.ctime = now;
     dir->lazy_dirty = true;
-    if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
-    ticket = TakeTicket(batch);
+    // A file in writing left a name etcd never gave it: a record waiting for it takes it.
+    if (unpublished) ApplyDeferredClaimsLocked(freed);
+    if (!batch.removes.empty() || !batch.puts.empty()) ticket = TakeTicket(batch);
   }
+  Announce(freed);
+  if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
   return ApplyInOrder(ticket, batch);
 }
 
@@ -197,7 +202,8 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
   if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, "name too long");
   KVFS_RETURN_IF_ERROR(CheckName(new_name));
   MetaBatch batch;
-  uint64_t ticket;
+  uint64_t ticket = 0;
+  Stale freed;
   {
     std::lock_guard lock(mu_);
     KVFS_ASSIGN_OR_RETURN(Inode * src_dir, FindDir(parent));
@@ -251,7 +257,11 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
       MoveName(moved, src_dir, std::string(name), dst_dir, std::string(new_name));
       moved->rec.ctime = now;
       if (!target) ForgiveMiss(new_parent, new_name);
-      if (moved->journaled) batch.puts.push_back(RecordOf(moved));
+      if (moved->journaled) {
+        batch.puts.push_back(RecordOf(moved));
+      } else {
+        ApplyDeferredClaimsLocked(freed);  // as in RemoveEntry: a record may wait for the name
+      }
     }
     FinishNames(names, &batch);
     if (src_dir != dst_dir) {
@@ -261,9 +271,10 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
     }
     src_dir->rec.mtime = src_dir->rec.ctime = dst_dir->rec.mtime = dst_dir->rec.ctime = now;
     src_dir->lazy_dirty = dst_dir->lazy_dirty = true;
-    if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
-    ticket = TakeTicket(batch);
+    if (!batch.puts.empty() || !batch.removes.empty()) ticket = TakeTicket(batch);
   }
+  Announce(freed);
+  if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
   return ApplyInOrder(ticket, batch);
 }
 

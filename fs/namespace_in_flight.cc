@@ -100,12 +100,9 @@ void Namespace::EndInFlight(uint64_t seq, bool refused) {
     for (ObjectId id : it->second.removes) done(id);
     in_flight_.erase(it);
     in_flight_cv_.notify_all();
-    if (!deferred_claims_.empty()) ApplyDeferredClaimsLocked(stale);
+    ApplyDeferredClaimsLocked(stale);
   }
-  if (sink_) {
-    for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
-    for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
-  }
+  Announce(stale);
   // The holder's change was refused: it overtakes nothing now (Overtakes), so these resets
   // give the names back that its own reset does not.
   for (const ResetBehind& r : again)
@@ -122,8 +119,10 @@ void Namespace::ForgetRefusedInKernel(const MetaBatch& batch) {
 }
 
 void Namespace::ApplyDeferredClaimsLocked(Stale& stale) {
-  // Records that waited for a name one of these objects held: the holder's revision is final
-  // now (a commit) or it was reset (a refusal); in revision order, as the watch gave them.
+  // Records that waited for a name: its holder's change was answered (a commit makes its
+  // revision final, a refusal resets it), or the file in writing that held it left it or was
+  // reset. In revision order, as the watch gave them.
+  if (deferred_claims_.empty()) return;
   std::vector<ObjectRecord> ready;
   for (auto d = deferred_claims_.begin(); d != deferred_claims_.end();) {
     if (NameBlockedLocked(d->second)) {
@@ -162,7 +161,9 @@ bool Namespace::NameBlockedLocked(const ObjectRecord& rec) {
   for (const kvfs::Link& l : rec.links()) {
     Inode* dir = Find(l.parent);
     Inode* holder = dir && dir->dir ? Child(dir, l.name) : nullptr;
-    if (holder && holder->rec.id != rec.id && InFlightLocked(holder->rec.id)) return true;
+    if (holder && holder->rec.id != rec.id &&
+        (InFlightLocked(holder->rec.id) || !holder->journaled))
+      return true;
   }
   return false;
 }

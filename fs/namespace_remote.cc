@@ -66,11 +66,20 @@ bool Namespace::ClaimNameLocked(Inode* dir, const std::string& name, const Objec
     stale.entries.emplace_back(dir->rec.id, name);
     return true;
   }
-  // This node's own file, not published yet, keeps the name until its publish decides; a
-  // directory keeps it until its own change (a rename, an rmdir) arrives and frees it.
-  if (!other->journaled || other->dir) {
-    spdlog::debug("namespace: record {:x} '{}' waits for the name held by {:x}", rec.id, name,
-                  other->rec.id);
+  // A directory keeps the name until its own change (a rename, an rmdir) arrives and frees it.
+  if (other->dir) {
+    spdlog::debug("namespace: record {:x} '{}' waits for the name held by directory {:x}", rec.id,
+                  name, other->rec.id);
+    return false;
+  }
+  // This node's own file, not published yet, keeps the name until its publish decides (last
+  // writer wins). Its writer may instead move it away or unlink it first, which etcd never
+  // hears of: the record then takes the name (RemoveEntry, RenameOnce). It did not, and
+  // the other node's file, in etcd under that name, was missing here for good.
+  if (!other->journaled) {
+    spdlog::debug("namespace: record {:x} '{}' waits for the name held by unpublished {:x}", rec.id,
+                  name, other->rec.id);
+    deferred_claims_[rec.id] = rec;
     return false;
   }
   // The holder took the name in a later commit (this node's own, which the watch has not
@@ -247,6 +256,10 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
                       std::chrono::steady_clock::now() - start)
                       .count());
   }
+  Announce(stale);
+}
+
+void Namespace::Announce(const Stale& stale) {
   if (!sink_) return;
   for (const auto& [parent, name] : stale.entries) sink_->InvalidateEntry(parent, name);
   for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);

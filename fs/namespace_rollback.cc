@@ -78,6 +78,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       UnlinkAllNames(in, &stale_names);
       in->journaled = false;
       DropGone(in);
+      ApplyDeferredClaimsLocked(stale);  // a record may have waited for a name it held
     } else {
       if (!in) {
         // An unlink that never became durable: the inode comes back.

@@ -199,12 +199,17 @@ class ClusterEtcd(unittest.TestCase):
 
             def files_of(k):
                 # What a walk from the root finds of this round: a cycle is cut off from it.
+                # None while the node still applies a move under the walk (a file it listed
+                # has moved by the time it is read).
                 found = {}
-                for top in (a, b):
-                    for root, _, files in os.walk(c.path(k, top)):
-                        for f in files:
-                            rel = os.path.relpath(os.path.join(root, f), c.path(k))
-                            found[rel] = self.read(c, k, rel)
+                try:
+                    for top in (a, b):
+                        for root, _, files in os.walk(c.path(k, top)):
+                            for f in files:
+                                rel = os.path.relpath(os.path.join(root, f), c.path(k))
+                                found[rel] = self.read(c, k, rel)
+                except FileNotFoundError:
+                    return None
                 return found
             want = ({f"{into}/{a}/fa": b"in a", f"{into}/fc": b"in c"} if results[1] == 0 else
                     {f"{a}/fa": b"in a", f"{a}/{into}/fc": b"in c"})
@@ -407,6 +412,69 @@ class ClusterEtcd(unittest.TestCase):
                            not os.path.exists(c.path(k, b)), VISIBLE_S,
                            what=f"round {round_} ({holder}): node {k} shows {target}/inner "
                            f"(node 1's change answered {errors})")
+
+    def test_a_name_a_file_in_writing_gave_up_goes_to_the_file_etcd_has_there(self):
+        # Node 1 creates x and keeps it open (not published: etcd does not know the name);
+        # node 2 publishes its own x meanwhile. Node 1's tree gives x to its writer until its
+        # publish decides, and node 2's record waits for the name. Node 1's writer then moves
+        # its file elsewhere (or unlinks it) before its close: x is free on node 1, and node 2's
+        # file, which etcd has at x, must show there.
+        c = self.cluster(n=2, replicas=1)
+        for round_, leave in enumerate(("rename", "unlink")):
+            x, y = f"x{round_}", f"y{round_}"
+            f = open(c.path(1, x), "wb")
+            self.addCleanup(f.close)
+            f.write(b"node 1's")
+            self.write(c, 2, x, b"node 2's")
+            time.sleep(0.5)  # node 1 has node 2's commit
+            if leave == "rename":
+                os.rename(c.path(1, x), c.path(1, y))
+            else:
+                os.unlink(c.path(1, x))
+            f.close()
+            wait_until(lambda: os.path.exists(c.path(1, x)) and
+                       self.read(c, 1, x) == b"node 2's", VISIBLE_S,
+                       what=f"round {round_} ({leave}): node 1 shows node 2's {x}")
+            self.assertEqual(self.read(c, 2, x), b"node 2's")
+            if leave == "rename":
+                for k in (1, 2):
+                    c.wait_exists(k, y, VISIBLE_S)
+                    self.assertEqual(self.read(c, k, y), b"node 1's")
+
+    def test_two_nodes_making_one_directory_at_once_both_show_it(self):
+        # mkdir -p of one hash fan-out directory on two nodes at once: node 1's mkdir is on its
+        # way (held in the relay) when node 2's commits. Node 1's is refused (EEXIST) and
+        # node 1 must show node 2's directory, whose record reached it while its own held the
+        # name.
+        c = self.cluster(n=2, replicas=1, start_nodes=[2])
+        relay = TcpRelay((c.etcd.host, c.etcd.client_port))
+        self.addCleanup(relay.close)
+        c.etcd_endpoint_of[1] = relay.endpoint
+        c.start_node(1)
+        c.wait_joined([1, 2])
+        for round_ in range(3):
+            d = f"d{round_}"
+            errors = []
+
+            def run():
+                try:
+                    os.mkdir(c.path(1, d))
+                except OSError as e:
+                    errors.append(e.errno)
+            t = threading.Thread(target=run)
+            with relay.holding():
+                t.start()
+                time.sleep(0.3)  # node 1's mkdir is in its tree, its request in the relay
+                os.mkdir(c.path(2, d))
+                self.write(c, 2, f"{d}/f", b"node 2's")
+                time.sleep(0.5)  # node 1 has node 2's commits
+            t.join()
+            self.assertIn(errors, ([], [errno.EEXIST]))
+            for k in (1, 2):
+                wait_until(lambda: os.path.isdir(c.path(k, d)) and
+                           os.path.exists(c.path(k, f"{d}/f")), VISIBLE_S,
+                           what=f"round {round_}: node {k} shows {d}/f (node 1's mkdir "
+                           f"answered {errors})")
 
     def test_attributes_a_failed_change_showed_meanwhile_are_taken_back(self):
         # A chmod waiting on a frozen etcd is in the node's tree meanwhile: a stat from another

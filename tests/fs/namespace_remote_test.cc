@@ -359,6 +359,46 @@ TEST(NamespaceRemoteTest, ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoe
   EXPECT_FALSE(ns.Lookup(kRootId, "b").ok());
 }
 
+// Another node publishes c while this node writes its own new file c (etcd has never heard of
+// it): the file keeps the name until its close, and the other node's record waits. The writer
+// moves its file away (or unlinks it) first: c must go to the other node's file, which etcd
+// has there. Before, nothing applied the record again and c was missing here for good.
+TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameItLeaves) {
+  for (bool rename : {true, false}) {
+    SCOPED_TRACE(rename ? "the writer renames its file" : "the writer unlinks its file");
+    SharedMemoryStore store;
+    RecordingSink sink;
+    Namespace ns(&store, &sink);
+    ASSERT_TRUE(ns.Load().ok());
+    const ObjectId kOther = (9ull << 48) | 51;
+    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
+    ASSERT_TRUE(created.ok());
+    auto [entry, fh] = *created;
+    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
+    ns.ApplyRemoteChanges({RemoteRecord(kOther, kRootId, "c", ObjectType::kFile, 12)}, {});
+    EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, entry.attr.st_ino);  // the writer keeps it
+    sink.Clear();
+    if (rename) {
+      ASSERT_TRUE(ns.Rename(kRootId, "c", kRootId, "d", 0).ok());
+    } else {
+      ASSERT_TRUE(ns.Unlink(kRootId, "c").ok());
+    }
+    auto c = ns.Lookup(kRootId, "c");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->attr.st_ino, kOther);
+    // The kernel may hold c as the writer's: it is told.
+    EXPECT_NE(std::find(sink.entries.begin(), sink.entries.end(),
+                        std::pair<uint64_t, std::string>{kRootId, "c"}),
+              sink.entries.end());
+    ASSERT_TRUE(ns.Flush(fh).ok());
+    EXPECT_TRUE(ns.Release(fh).ok());
+    EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kOther);
+    if (rename) {
+      EXPECT_EQ(ns.Lookup(kRootId, "d")->attr.st_ino, entry.attr.st_ino);
+    }
+  }
+}
+
 // Refuses the next change as if etcd were unreachable, and keeps every batch it is given.
 class UnreachableOnceStore : public SharedMemoryStore {
  public:
