@@ -470,6 +470,8 @@ class ClusterEtcd(unittest.TestCase):
                 time.sleep(0.5)  # node 1 has node 2's commits
             t.join()
             self.assertIn(errors, ([], [errno.EEXIST]))
+            # os.makedirs(exist_ok=True) checks isdir right after EEXIST.
+            self.assertTrue(os.path.isdir(c.path(1, d)), f"round {round_}: {errors}")
             for k in (1, 2):
                 wait_until(lambda: os.path.isdir(c.path(k, d)) and
                            os.path.exists(c.path(k, f"{d}/f")), VISIBLE_S,
