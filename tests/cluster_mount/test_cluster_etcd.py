@@ -195,7 +195,11 @@ class ClusterEtcd(unittest.TestCase):
                 t.start()
             for t in threads:
                 t.join()
-            self.assertEqual(sorted(results.values()), [0, errno.EINVAL], f"round {r}")
+            # The second is refused (EINVAL: a move into itself), or, when the first reached
+            # the other node before the kernel there resolved the destination's path, that
+            # path is gone (ENOENT; 2 rounds of 36 with two busy loops beside the test).
+            self.assertIn(sorted(results.values()), ([0, errno.EINVAL], [0, errno.ENOENT]),
+                          f"round {r}")
 
             def files_of(k):
                 # What a walk from the root finds of this round: a cycle is cut off from it.
