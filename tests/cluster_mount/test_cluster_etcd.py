@@ -52,6 +52,16 @@ class ClusterEtcd(unittest.TestCase):
         with open(c.path(k, rel), "rb") as f:
             return f.read()
 
+    def cluster_with_node_1_behind_a_relay(self, n):
+        """A cluster of n nodes whose node 1 reaches etcd through a TcpRelay (started last)."""
+        c = self.cluster(n=n, replicas=1, start_nodes=list(range(2, n + 1)))
+        relay = TcpRelay((c.etcd.host, c.etcd.client_port))
+        self.addCleanup(relay.close)
+        c.etcd_endpoint_of[1] = relay.endpoint
+        c.start_node(1)
+        c.wait_joined(list(range(1, n + 1)))
+        return c, relay
+
     def write(self, c, k, rel, data):
         with open(c.path(k, rel), "wb") as f:
             f.write(data)
@@ -339,11 +349,7 @@ class ClusterEtcd(unittest.TestCase):
         # etcd has it and told the kernel nothing: the node listed g while stat and open still
         # found f (and showed the old mode) for an hour (kStableTimeout). The stress run, seed
         # 618, saw it so: a directory listed where stat found a file, its subtree unreachable.
-        c = self.cluster(n=1, replicas=1, start_nodes=[])
-        relay = TcpRelay((c.etcd.host, c.etcd.client_port))
-        self.addCleanup(relay.close)
-        c.etcd_endpoint_of[1] = relay.endpoint
-        c.start_node(1)
+        c, relay = self.cluster_with_node_1_behind_a_relay(1)
         for round_ in range(2):
             f, g, data = f"f{round_}", f"g{round_}", f"round {round_}".encode()
             self.write(c, 1, f, data)
@@ -377,12 +383,7 @@ class ClusterEtcd(unittest.TestCase):
         # record applied again was skipped as already applied (NamespaceRemoteTest.
         # ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoes); here the reset of the
         # refused batch gives the name back first, and both cases pass on that build too.
-        c = self.cluster(n=2, replicas=1, start_nodes=[2])
-        relay = TcpRelay((c.etcd.host, c.etcd.client_port))
-        self.addCleanup(relay.close)
-        c.etcd_endpoint_of[1] = relay.endpoint
-        c.start_node(1)
-        c.wait_joined([1, 2])
+        c, relay = self.cluster_with_node_1_behind_a_relay(2)
         for round_, holder in enumerate(("rename", "new file") * 2):
             b, x, target = f"b{round_}", f"x{round_}", f"c{round_}"
             os.mkdir(c.path(2, b))
@@ -450,12 +451,7 @@ class ClusterEtcd(unittest.TestCase):
         # way (held in the relay) when node 2's commits. Node 1's is refused (EEXIST) and
         # node 1 must show node 2's directory, whose record reached it while its own held the
         # name.
-        c = self.cluster(n=2, replicas=1, start_nodes=[2])
-        relay = TcpRelay((c.etcd.host, c.etcd.client_port))
-        self.addCleanup(relay.close)
-        c.etcd_endpoint_of[1] = relay.endpoint
-        c.start_node(1)
-        c.wait_joined([1, 2])
+        c, relay = self.cluster_with_node_1_behind_a_relay(2)
         for round_ in range(3):
             d = f"d{round_}"
             errors = []
