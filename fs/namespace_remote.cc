@@ -16,7 +16,8 @@
 // A name is unique in the shared namespace, so a committed record taking a name takes it from
 // whatever committed record the tree still shows there (that record's own change follows). A
 // file of this node that is not published yet keeps its name: its publish takes the name over
-// (last writer wins) or, for O_EXCL, was committed before open returned.
+// (last writer wins) or, for O_EXCL, was committed before open returned; if its writer unlinks
+// it or moves it away first, the record that waited for the name takes it.
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
