@@ -113,10 +113,8 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
               "namespace: object {:x} reset to the store's state ({}, as of {}, change {})", id,
               record ? "named '" + record->name + "'" : std::string("gone"), origin.as_of,
               origin.seq);
-  if (!sink_) return;
-  for (const auto& [parent, name] : stale_names) sink_->InvalidateEntry(parent, name);
-  for (const auto& [ino, data] : stale.inodes) sink_->InvalidateInode(ino, data);
-  if (data_changed || attrs_changed) sink_->InvalidateInode(id, data_changed);
+  Announce(stale);
+  if (sink_ && (data_changed || attrs_changed)) sink_->InvalidateInode(id, data_changed);
 }
 
 }  // namespace kvfs::fs

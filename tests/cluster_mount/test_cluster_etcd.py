@@ -44,6 +44,19 @@ def count_names(path: str) -> int:
         return sum(1 for _ in it)
 
 
+def errno_thread(fn, *args):
+    """A thread, not started, that runs fn(*args), and the list that gets the errno it fails
+    with."""
+    errors = []
+
+    def run():
+        try:
+            fn(*args)
+        except OSError as e:
+            errors.append(e.errno)
+    return threading.Thread(target=run), errors
+
+
 class ClusterEtcd(unittest.TestCase):
     def cluster(self, **kw):
         return start_cluster(self, **kw)
@@ -397,14 +410,7 @@ class ClusterEtcd(unittest.TestCase):
                 f = open(c.path(1, target), "wb")
                 f.write(b"new file")
                 take = f.close
-            errors = []
-
-            def run():
-                try:
-                    take()
-                except OSError as e:
-                    errors.append(e.errno)
-            t = threading.Thread(target=run)
+            t, errors = errno_thread(take)
             with relay.holding():
                 t.start()
                 time.sleep(0.3)  # node 1's change is in its tree, its request in the relay
@@ -454,14 +460,7 @@ class ClusterEtcd(unittest.TestCase):
         c, relay = self.cluster_with_node_1_behind_a_relay(2)
         for round_ in range(3):
             d = f"d{round_}"
-            errors = []
-
-            def run():
-                try:
-                    os.mkdir(c.path(1, d))
-                except OSError as e:
-                    errors.append(e.errno)
-            t = threading.Thread(target=run)
+            t, errors = errno_thread(os.mkdir, c.path(1, d))
             with relay.holding():
                 t.start()
                 time.sleep(0.3)  # node 1's mkdir is in its tree, its request in the relay
@@ -487,16 +486,9 @@ class ClusterEtcd(unittest.TestCase):
         c = self.cluster(n=1, replicas=1)
         self.write(c, 1, "f", b"data")
         os.chmod(c.path(1, "f"), 0o644)
-        errors = []
-
-        def chmod():
-            try:
-                os.chmod(c.path(1, "f"), 0o600)
-            except OSError as e:
-                errors.append(e.errno)
+        t, errors = errno_thread(os.chmod, c.path(1, "f"), 0o600)
         c.etcd.pause()
         try:
-            t = threading.Thread(target=chmod)
             t.start()
             time.sleep(0.5)  # the chmod waits on etcd
             shown = os.stat(c.path(1, "f")).st_mode & 0o777
