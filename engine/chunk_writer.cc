@@ -182,6 +182,12 @@ Status EngineChunkWriter::Write(uint64_t offset, const void* data, size_t len) {
 Status EngineChunkWriter::Seal(const std::vector<size_t>& all_indexes, bool async) {
   if (all_indexes.empty()) return Status::Ok();
   std::vector<size_t> indexes = all_indexes;  // cut short when the rest stays in memory
+  if (window_ && window_->broken()) {
+    // The kernel refused its requests: what it took still completes; then seal synchronously.
+    Drain();
+    if (window_->in_flight() == 0) window_.reset();
+    window_failed_ = true;
+  }
   if (async && !window_ && !window_failed_ && !ctx_->closed()) {
     RingConfig config = ctx_->ring_config();
     config.depth = kWindow;
@@ -192,7 +198,7 @@ Status EngineChunkWriter::Seal(const std::vector<size_t>& all_indexes, bool asyn
       window_failed_ = true;  // fall back to waiting for each seal
     }
   }
-  if (!window_) async = false;
+  if (!window_ || window_->broken()) async = false;
   const Compression mode = ctx_->options().compression;
   const size_t scratch_bytes = (SegmentCodec::ScratchSize(seg_size_) + 4095) / 4096 * 4096;
   std::vector<SegmentWrite> writes;

@@ -25,6 +25,10 @@ class IoFaultInjector {
   // Before a device I/O is submitted. A non-ok status fails the I/O without submitting it; a
   // write may also be altered (bytes flipped, `len` shortened to tear it).
   virtual Status BeforeIo(IoRequest& request) = 0;
+  // Before the engine hands queued device I/Os to io_uring: a negative errno stands for the
+  // kernel refusing them (as io_uring_enter does without memory for a request: -EAGAIN); they
+  // stay queued, as the kernel leaves them.
+  virtual int BeforeSubmit() { return 0; }
 };
 
 }  // namespace kvfs

@@ -1,6 +1,7 @@
 #include "io_ring.h"
 
 #include <liburing.h>
+#include <spdlog/spdlog.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -28,6 +29,30 @@ struct ThreadRings {
 };
 thread_local ThreadRings t_rings;
 
+// How often a submit the kernel refuses (EAGAIN: no memory for a request) is tried again, with
+// 1, 2, 4 ... 64 ms between tries: about half a second in all.
+constexpr int kSubmitTries = 10;
+// A wait for a completion looks again this often, and warns once it has waited this long.
+constexpr long kWaitSliceSeconds = 1;
+constexpr int kSlowIoWarnSeconds = 30;
+
+// Waits for the next completion. The wait wakes every second and looks again, so a completion
+// posted without a wakeup is seen late rather than never; a device op still not done after 30
+// s is logged (once per wait), the wait goes on: only the kernel can end it.
+int WaitCqe(io_uring* ring, io_uring_cqe** cqe) {
+  __kernel_timespec slice{};
+  slice.tv_sec = kWaitSliceSeconds;
+  int waited = 0;
+  for (;;) {
+    const int rc = io_uring_wait_cqe_timeout(ring, cqe, &slice);
+    if (rc == -EINTR) continue;
+    if (rc != -ETIME) return rc;
+    if (++waited == kSlowIoWarnSeconds) {
+      spdlog::warn("engine: a device I/O has not completed after {} s; still waiting", waited);
+    }
+  }
+}
+
 }  // namespace
 
 struct IoRing::Impl {
@@ -53,7 +78,8 @@ void IoRing::Retire(uint64_t generation) {
 Result<IoRing*> IoRing::ForThread(const RingConfig& config) {
   auto& rings = t_rings.rings;
   auto it = rings.find(config.generation);
-  if (it != rings.end()) return it->second.get();
+  if (it != rings.end() && !it->second->broken()) return it->second.get();
+  if (it != rings.end()) rings.erase(it);  // nothing in flight: Pipeline drains before it returns
   if (IsRetired(config.generation)) return Status::Error(ESHUTDOWN, "engine is closed");
   // Drop rings of engines closed since this thread last made one.
   for (auto r = rings.begin(); r != rings.end();) {
@@ -76,14 +102,7 @@ Status IoRing::Init(const RingConfig& config, bool per_thread) {
   config_ = config;
   impl_ = std::make_unique<Impl>();
   io_uring_params params{};
-  if (per_thread) params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   int rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
-  if (rc == -EINVAL && per_thread) {  // kernel older than 6.1: plain ring
-    params = {};
-    rc = io_uring_queue_init_params(config.depth, &impl_->ring, &params);
-  } else if (rc == 0) {
-    defer_taskrun_ = per_thread;
-  }
   if (rc < 0) return Status::Error(-rc, std::string("io_uring setup: ") + std::strerror(-rc));
   impl_->ring_ok = true;
   rc = io_uring_register_files(&impl_->ring, config.fds.data(),
@@ -115,6 +134,35 @@ Status IoRing::Finish(const RingOp& op, uint8_t* buf, int res) {
   return Status::Ok();
 }
 
+Status IoRing::SubmitPrepared(unsigned prepared, unsigned* taken) {
+  *taken = 0;
+  io_uring* ring = &impl_->ring;
+  int refused = 0;
+  while (*taken < prepared) {
+    // Also hands over what an earlier, short try left in the submission queue.
+    const int refusal = config_.faults != nullptr ? config_.faults->BeforeSubmit() : 0;
+    const int rc = refusal < 0 ? refusal : io_uring_submit(ring);
+    if (rc > 0) {
+      *taken += std::min<unsigned>(static_cast<unsigned>(rc), prepared - *taken);
+      refused = 0;
+      continue;
+    }
+    if (rc == -EINTR) continue;
+    if ((rc == 0 || rc == -EAGAIN || rc == -ENOMEM) && ++refused < kSubmitTries) {
+      ::usleep(1000u << std::min(refused - 1, 6));
+      continue;
+    }
+    // What the kernel did not take stays queued and would go out with the next submit, long
+    // after its caller gave up on it and reused its buffer: this ring submits nothing again.
+    broken_ = true;
+    const int err = rc < 0 ? -rc : EAGAIN;
+    spdlog::error("engine: io_uring took {} of {} requests ({}); dropping the ring", *taken,
+                  prepared, std::strerror(err));
+    return Status::IoError(std::string("io_uring submit: ") + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
 Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>& prepare,
                         const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete) {
   struct Slot {
@@ -122,15 +170,17 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
     size_t index = 0;
     bool busy = false;
   };
+  if (broken_) return Status::IoError("io_uring ring is broken");
   std::vector<Slot> slots(config_.depth);
   std::vector<uint32_t> free_slots;
   for (uint32_t i = config_.depth; i-- > 0;) free_slots.push_back(i);
+  std::vector<uint32_t> queued;  // this round's slots, in submission order
   Status first_error;
   size_t next = 0, in_flight = 0;
   io_uring* ring = &impl_->ring;
 
   while (next < count || in_flight > 0) {
-    size_t queued = 0;
+    queued.clear();
     while (first_error.ok() && next < count && !free_slots.empty()) {
       const uint32_t s = free_slots.back();
       RingOp op;
@@ -169,29 +219,25 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
       io_uring_sqe_set_data64(sqe, s);
       free_slots.pop_back();
       slots[s] = {op, next, true};
+      queued.push_back(s);
       ++next;
-      ++queued;
-      ++in_flight;
     }
-    if (queued > 0) {
-      int rc = io_uring_submit(ring);
-      if (rc < 0) {
-        // Nothing of this batch reached the kernel: take the slots back.
-        first_error = Status::IoError(std::string("io_uring submit: ") + std::strerror(-rc));
-        for (uint32_t s = 0; s < slots.size(); ++s) {
-          if (slots[s].busy) {
-            slots[s].busy = false;
-            free_slots.push_back(s);
-          }
+    if (!queued.empty()) {
+      unsigned taken = 0;
+      Status st = SubmitPrepared(static_cast<unsigned>(queued.size()), &taken);
+      in_flight += taken;
+      if (!st.ok()) {
+        // The kernel never saw the rest: their slots are free, the ops just not done.
+        for (size_t k = taken; k < queued.size(); ++k) {
+          slots[queued[k]].busy = false;
+          free_slots.push_back(queued[k]);
         }
-        in_flight = 0;
-        break;
+        if (first_error.ok()) first_error = st;
       }
     }
     if (in_flight == 0) break;
     io_uring_cqe* cqe = nullptr;
-    int rc = io_uring_wait_cqe(ring, &cqe);
-    if (rc == -EINTR) continue;
+    int rc = WaitCqe(ring, &cqe);
     if (rc < 0) return Status::IoError(std::string("io_uring wait: ") + std::strerror(-rc));
     const uint32_t s = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
     const int res = cqe->res;
@@ -220,12 +266,14 @@ Status IoRing::Submit(const RingOp& op_in, uint64_t token) {
     KVFS_RETURN_IF_ERROR(config_.faults->BeforeIo(req));
     op.len = req.len;
   }
+  if (broken_) return Status::IoError("io_uring ring is broken");
   io_uring* ring = &impl_->ring;
   io_uring_sqe* sqe = io_uring_get_sqe(ring);
-  while (sqe == nullptr) {  // the ring is full: make room
+  while (sqe == nullptr && !async_ops_.empty()) {  // the ring is full: make room
     Reap(1, [&](uint64_t t, Status st) { reaped_.push_back({t, std::move(st)}); });
     sqe = io_uring_get_sqe(ring);
   }
+  if (sqe == nullptr) return Status::IoError("io_uring submission queue full");
   if (op.write) {
     io_uring_prep_write(sqe, op.device, op.data, op.len, op.offset);
   } else {
@@ -233,8 +281,8 @@ Status IoRing::Submit(const RingOp& op_in, uint64_t token) {
   }
   sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data64(sqe, token);
-  int rc = io_uring_submit(ring);
-  if (rc < 0) return Status::IoError(std::string("io_uring submit: ") + std::strerror(-rc));
+  unsigned taken = 0;
+  KVFS_RETURN_IF_ERROR(SubmitPrepared(1, &taken));
   async_ops_.push_back({token, op});
   return Status::Ok();
 }
@@ -247,7 +295,7 @@ void IoRing::Reap(size_t min_complete, const std::function<void(uint64_t, Status
   size_t got = 0;
   while (!async_ops_.empty()) {
     io_uring_cqe* cqe = nullptr;
-    int rc = got < min_complete ? io_uring_wait_cqe(ring, &cqe) : io_uring_peek_cqe(ring, &cqe);
+    const int rc = got < min_complete ? WaitCqe(ring, &cqe) : io_uring_peek_cqe(ring, &cqe);
     if (rc == -EINTR) continue;
     if (rc < 0 || cqe == nullptr) break;
     const uint64_t token = io_uring_cqe_get_data64(cqe);

@@ -1,9 +1,13 @@
 // IoRing: one io_uring per thread per engine instance, with the engine's device fds registered
 // as fixed files and a pool of 4 KiB-aligned bounce buffers, each allocated when an op first
-// needs it. Rings are
-// thread_local and keyed by the engine's generation (unique per Open), so a ring never serves
-// an engine other than the one whose fds it registered; rings of closed engines are dropped the
-// next time their thread asks for a ring, and at thread exit.
+// needs it. Rings are thread_local and keyed by the engine's generation (unique per Open), so a
+// ring never serves an engine other than the one whose fds it registered; rings of closed
+// engines are dropped the next time their thread asks for a ring, and at thread exit.
+//
+// Plain rings (no DEFER_TASKRUN: a test thread once waited forever in io_uring_wait_cqe on
+// such a ring, for a write the kernel never reported done). Every prepared SQE is submitted
+// before anything waits for it (the kernel may take fewer than offered), and a ring the kernel
+// keeps refusing is broken: never submitted to again, replaced by a new one.
 #pragma once
 
 #include <cstdint>
@@ -54,25 +58,29 @@ class IoRing {
                   const std::function<Status(size_t, const RingOp&, uint8_t*)>& complete);
 
   // A ring owned by one object rather than one thread (a writer that FUSE calls from several
-  // threads, one at a time): no SINGLE_ISSUER, no buffer pool. Used with Submit/Reap.
+  // threads, one at a time): no buffer pool. Used with Submit/Reap.
   static Result<std::unique_ptr<IoRing>> CreateOwned(const RingConfig& config);
   // Submits one op (op.data required) without waiting; `token` comes back from Reap.
   Status Submit(const RingOp& op, uint64_t token);
   // Reaps completions, waiting until at least `min_complete` have come (0: only those ready).
   void Reap(size_t min_complete, const std::function<void(uint64_t, Status)>& done);
   size_t in_flight() const { return async_ops_.size(); }
-
-  bool uses_defer_taskrun() const { return defer_taskrun_; }
+  // The kernel refused its SQEs: some may still sit in the submission queue, so nothing may be
+  // submitted to this ring again (ops it already took still complete and are reaped).
+  bool broken() const { return broken_; }
 
  private:
   IoRing() = default;
   Status Init(const RingConfig& config, bool per_thread);
   Status Finish(const RingOp& op, uint8_t* buf, int res);
+  // Submits the `prepared` SQEs queued since the last submit; `*taken` says how many the
+  // kernel took (all of them unless it kept refusing: then the ring is broken).
+  Status SubmitPrepared(unsigned prepared, unsigned* taken);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   RingConfig config_;
-  bool defer_taskrun_ = false;
+  bool broken_ = false;
   std::vector<std::pair<uint64_t, RingOp>> async_ops_;  // Submit()ted, not yet reaped
   std::vector<std::pair<uint64_t, Status>> reaped_;     // reaped by Submit, not yet reported
 };

@@ -71,7 +71,7 @@ Result<std::unique_ptr<IoRing>> ReadAheadPool::TakeRing(const RingConfig& config
 }
 
 void ReadAheadPool::ReturnRing(std::unique_ptr<IoRing> ring) {
-  if (!ring || ring->in_flight() != 0) return;
+  if (!ring || ring->in_flight() != 0 || ring->broken()) return;
   std::lock_guard lock(mu_);
   if (!rings_closed_ && idle_rings_.size() < kIdleRings) idle_rings_.push_back(std::move(ring));
 }

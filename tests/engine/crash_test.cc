@@ -10,6 +10,7 @@
 #include <set>
 
 #include "fault_injection_fs.h"
+#include "hang_watch.h"
 #include "local_engine_test_util.h"
 #include "temp_dir.h"
 
@@ -20,6 +21,7 @@ using local_engine_test::FileRecord;
 using local_engine_test::kMiB;
 using local_engine_test::Pattern;
 using testing::FaultInjectionFileSystem;
+using testing::HangWatch;
 using testing::TempDir;
 
 struct Published {
@@ -51,7 +53,11 @@ EngineOptions CrashOpts(const std::string& dir,
 // Publishes files 100..107 (sizes 17 B to ~2 MiB), checkpoints after the fourth, unlinks 101,
 // renames 102, and closes the engine (which writes its final checkpoint).
 void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFileSystem>& fs,
-                 Outcome* out) {
+                 Outcome* out, HangWatch* watch = nullptr) {
+  const auto step = [&](const std::string& what) {
+    if (watch) watch->Step("scenario: " + what);
+  };
+  step("open");
   auto opened = LocalEngine::Open(CrashOpts(dir, fs));
   if (!opened.ok()) return;  // crashed while opening
   std::unique_ptr<LocalEngine> e = std::move(opened).value();
@@ -59,6 +65,7 @@ void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFil
     const ObjectId id = 100 + i;
     Published p{"f" + std::to_string(i), i, (i % 3) * kMiB + 4096 * i + 17};
     const std::vector<uint8_t> data = Pattern(p.size, p.seed);
+    step("write file " + std::to_string(i));
     auto w = e->NewWriter(nullptr);
     if (!w.ok()) continue;
     bool wrote = true;
@@ -67,12 +74,17 @@ void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFil
     }
     auto layout = wrote ? (*w)->Finish() : Result<LayoutRef>(Status::IoError("write failed"));
     if (!layout.ok()) continue;
+    step("apply file " + std::to_string(i));
     out->attempted[id] = p;
     MetaBatch b;
     b.puts.push_back(FileRecord(id, p.name, *layout));
     if (e->Apply(b).ok()) out->acked[id] = p;
-    if (i == 3) (void)e->Sync();
+    if (i == 3) {
+      step("sync");
+      (void)e->Sync();
+    }
     if (i == 5 && out->acked.count(101)) {
+      step("unlink");
       MetaBatch rm;
       rm.removes.push_back(101);
       if (e->Apply(rm).ok()) {
@@ -81,6 +93,7 @@ void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFil
       }
     }
     if (i == 6 && out->acked.count(102)) {
+      step("rename");
       Published renamed = out->acked[102];
       renamed.name = "renamed";
       const std::vector<ObjectRecord> records = e->Records();
@@ -94,6 +107,7 @@ void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFil
       }
     }
   }
+  step("close");
   e.reset();
 }
 
@@ -140,14 +154,17 @@ TEST(CrashTest, PowerLossAtEveryFileSystemCallOfPublishAndCheckpoint) {
     RunScenario(dir, fs, &out);
   });
   ASSERT_GT(calls, 40u);
+  HangWatch watch(std::chrono::seconds(60));
   for (uint64_t n = 1; n <= calls + 1; ++n) {
+    const std::string where = "crash at call " + std::to_string(n);
     TempDir dir;
     auto fs = std::make_shared<FaultInjectionFileSystem>();
     fs->CrashAtCall(n);
     Outcome out;
-    RunScenario(dir.path(), fs, &out);
+    RunScenario(dir.path(), fs, &out, &watch);
     fs->PowerLoss();
-    CheckRecovered(dir.path(), out, "crash at call " + std::to_string(n));
+    watch.Step(where + ": recovery");
+    CheckRecovered(dir.path(), out, where);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -159,6 +176,7 @@ TEST(CrashTest, PowerLossDuringRecovery) {
     Outcome out;
     RunScenario(dir, fs, &out);
   });
+  HangWatch watch(std::chrono::seconds(60));
   for (uint64_t first : {scenario_calls / 3, scenario_calls / 2, (scenario_calls * 4) / 5}) {
     TempDir counting;
     uint64_t recovery_calls = 0;
@@ -175,22 +193,24 @@ TEST(CrashTest, PowerLossDuringRecovery) {
       recovery_calls = fs2->calls();
     }
     for (uint64_t n = 1; n <= recovery_calls; ++n) {
+      const std::string where =
+          "crash at " + std::to_string(first) + ", then at recovery call " + std::to_string(n);
       TempDir dir;
       Outcome out;
       auto fs = std::make_shared<FaultInjectionFileSystem>();
       fs->CrashAtCall(first);
-      RunScenario(dir.path(), fs, &out);
+      RunScenario(dir.path(), fs, &out, &watch);
       fs->PowerLoss();
       auto fs2 = std::make_shared<FaultInjectionFileSystem>();
       fs2->CrashAtCall(n);
       {
+        watch.Step(where + ": crashed recovery");
         auto e = LocalEngine::Open(CrashOpts(dir.path(), fs2));
         if (e.ok()) e->reset();
       }
       fs2->PowerLoss();
-      CheckRecovered(
-          dir.path(), out,
-          "crash at " + std::to_string(first) + ", then at recovery call " + std::to_string(n));
+      watch.Step(where + ": recovery");
+      CheckRecovered(dir.path(), out, where);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }

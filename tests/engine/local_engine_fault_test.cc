@@ -77,6 +77,76 @@ class CorruptWrites : public IoFaultInjector {
   }
 };
 
+// Stands for io_uring_enter refusing the queued requests (-EAGAIN: no memory for a request),
+// `refusals` times (negative: for good). The kernel leaves refused requests queued.
+class RefuseSubmits : public IoFaultInjector {
+ public:
+  std::atomic<int> refusals{0};
+  std::atomic<int> refused{0};
+  Status BeforeIo(IoRequest&) override { return Status::Ok(); }
+  int BeforeSubmit() override {
+    int left = refusals.load();
+    while (left > 0 && !refusals.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left == 0) return 0;
+    ++refused;
+    return -EAGAIN;
+  }
+};
+
+TEST(LocalEngineTest, ASubmitTheKernelRefusesAFewTimesIsTriedAgain) {
+  TempDir dir;
+  EngineOptions o = Opts(dir.path());
+  auto faults = std::make_shared<RefuseSubmits>();
+  o.fault_injector = faults;
+  auto e = OpenOk(o);
+  // Streamed writes (the writer's own ring) and the closing seal (the thread's ring).
+  for (uint32_t seed : {1u, 2u}) {
+    faults->refusals = 3;
+    const auto data = Pattern(6 * kMiB + 12345, seed);
+    LayoutRef l = WriteChunk(*e, data);
+    ASSERT_TRUE(l);
+    ASSERT_TRUE(Publish(*e, 10 + seed, "f" + std::to_string(seed), l).ok());
+    EXPECT_EQ(ReadAll(*e, l), data);
+    EXPECT_EQ(faults->refusals.load(), 0);
+  }
+  EXPECT_EQ(faults->refused.load(), 6);
+}
+
+TEST(LocalEngineTest, ASubmitRefusedForGoodFailsItsWriteAndNoLaterIoSeesItsRequests) {
+  TempDir dir;
+  EngineOptions o = Opts(dir.path());
+  auto faults = std::make_shared<RefuseSubmits>();
+  o.fault_injector = faults;
+  auto e = OpenOk(o);
+  const auto before = Pattern(3 * kMiB, 7);
+  LayoutRef kept = WriteChunk(*e, before);
+  ASSERT_TRUE(Publish(*e, 10, "kept", kept).ok());
+  for (int round = 0; round < 3; ++round) {
+    // Refused for good: the write fails (EIO) instead of waiting for requests the kernel
+    // never took; none of them goes out later with another ring's submit.
+    faults->refusals = -1;
+    {
+      auto w = std::move(e->NewWriter(nullptr)).value();
+      const auto doomed = Pattern(5 * kMiB, 100 + round);
+      Status st = w->Write(0, doomed.data(), doomed.size());
+      auto l = st.ok() ? w->Finish() : Result<LayoutRef>(st);
+      ASSERT_FALSE(l.ok());
+      EXPECT_EQ(l.status().err(), EIO) << l.status().ToString();
+    }
+    std::vector<uint8_t> out(kMiB);
+    EXPECT_FALSE(e->Read(kept, 0, out.data(), out.size()).ok());  // reads are refused too
+    faults->refusals = 0;
+    // Fresh rings: later chunks (likely in the failed one's extents) read back exactly.
+    const auto after = Pattern(5 * kMiB + 777, 200 + round);
+    LayoutRef l = WriteChunk(*e, after);
+    ASSERT_TRUE(l);
+    ASSERT_TRUE(Publish(*e, 20 + round, "after" + std::to_string(round), l).ok());
+    EXPECT_EQ(ReadAll(*e, l), after);
+    EXPECT_EQ(ReadAll(*e, kept), before);
+  }
+}
+
 TEST(LocalEngineTest, SilentWriteCorruptionIsCaughtOnRead) {
   TempDir dir;
   EngineOptions o = Opts(dir.path());
