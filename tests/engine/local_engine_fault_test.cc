@@ -51,10 +51,8 @@ class FailWrites : public IoFaultInjector {
 
 TEST(LocalEngineTest, InjectedDeviceWriteErrorIsEioAndNothingLeaks) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
   auto faults = std::make_shared<FailWrites>();
-  o.fault_injector = faults;
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), faults);
   faults->fail = true;
   auto w = std::move(e->NewWriter(nullptr)).value();
   auto data = Pattern(2 * kMiB, 5);
@@ -96,10 +94,8 @@ class RefuseSubmits : public IoFaultInjector {
 
 TEST(LocalEngineTest, ASubmitTheKernelRefusesAFewTimesIsTriedAgain) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
   auto faults = std::make_shared<RefuseSubmits>();
-  o.fault_injector = faults;
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), faults);
   // Streamed writes (the writer's own ring) and the closing seal (the thread's ring).
   for (uint32_t seed : {1u, 2u}) {
     faults->refusals = 3;
@@ -115,10 +111,8 @@ TEST(LocalEngineTest, ASubmitTheKernelRefusesAFewTimesIsTriedAgain) {
 
 TEST(LocalEngineTest, ASubmitRefusedForGoodFailsItsWriteAndNoLaterIoSeesItsRequests) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
   auto faults = std::make_shared<RefuseSubmits>();
-  o.fault_injector = faults;
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), faults);
   const auto before = Pattern(3 * kMiB, 7);
   LayoutRef kept = WriteChunk(*e, before);
   ASSERT_TRUE(Publish(*e, 10, "kept", kept).ok());
@@ -149,9 +143,7 @@ TEST(LocalEngineTest, ASubmitRefusedForGoodFailsItsWriteAndNoLaterIoSeesItsReque
 
 TEST(LocalEngineTest, SilentWriteCorruptionIsCaughtOnRead) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
-  o.fault_injector = std::make_shared<CorruptWrites>();
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), std::make_shared<CorruptWrites>());
   LayoutRef l = WriteChunk(*e, Pattern(kMiB, 1));
   std::vector<uint8_t> out(kMiB);
   EXPECT_EQ(e->Read(l, 0, out.data(), out.size()).status().err(), EIO);
@@ -167,9 +159,7 @@ class TearWrites : public IoFaultInjector {
 
 TEST(LocalEngineTest, TornSegmentWriteIsCaughtOnRead) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
-  o.fault_injector = std::make_shared<TearWrites>();
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), std::make_shared<TearWrites>());
   LayoutRef l = WriteChunk(*e, Pattern(2 * kMiB, 1));
   std::vector<uint8_t> out(kMiB);
   EXPECT_EQ(e->Read(l, kMiB, out.data(), out.size()).status().err(), EIO);

@@ -44,6 +44,14 @@ inline std::unique_ptr<LocalEngine> OpenOk(const EngineOptions& o) {
   return e.ok() ? std::move(e).value() : nullptr;
 }
 
+// An engine in `dir` whose device I/O passes through `faults` (the caller keeps it to steer it).
+inline std::unique_ptr<LocalEngine> OpenWithFaults(const std::string& dir,
+                                                   std::shared_ptr<IoFaultInjector> faults) {
+  EngineOptions o = Opts(dir);
+  o.fault_injector = std::move(faults);
+  return OpenOk(o);
+}
+
 inline LayoutRef WriteChunk(ChunkStore& store, const std::vector<uint8_t>& data,
                             size_t piece = kMiB, LayoutRef base = nullptr) {
   auto w = store.NewWriter(base);

@@ -23,6 +23,7 @@ namespace {
 using local_engine_test::FlipDeviceByte;
 using local_engine_test::kMiB;
 using local_engine_test::OpenOk;
+using local_engine_test::OpenWithFaults;
 using local_engine_test::Opts;
 using local_engine_test::Pattern;
 using local_engine_test::Publish;
@@ -169,10 +170,8 @@ class ReadTargets : public IoFaultInjector {
 
 TEST(PeerReadTest, WholeRawSegmentsAreReadStraightIntoAnAlignedBufferAndStillChecked) {
   TempDir dir;
-  EngineOptions o = Opts(dir.path());
   auto targets = std::make_shared<ReadTargets>();
-  o.fault_injector = targets;
-  auto e = OpenOk(o);
+  auto e = OpenWithFaults(dir.path(), targets);
   ASSERT_NE(e, nullptr);
   const auto data = Pattern(4 * kMiB + 5, 11);
   LayoutRef l = WriteChunk(*e, data);
