@@ -51,11 +51,12 @@ EngineOptions CrashOpts(const std::string& dir,
 }
 
 // Publishes files 100..107 (sizes 17 B to ~2 MiB), checkpoints after the fourth, unlinks 101,
-// renames 102, and closes the engine (which writes its final checkpoint).
+// renames 102, and closes the engine (which writes its final checkpoint). Each step is
+// reported to `watch`, named after `where`.
 void RunScenario(const std::string& dir, const std::shared_ptr<FaultInjectionFileSystem>& fs,
-                 Outcome* out, HangWatch* watch = nullptr) {
+                 Outcome* out, HangWatch* watch = nullptr, const std::string& where = "") {
   const auto step = [&](const std::string& what) {
-    if (watch) watch->Step("scenario: " + what);
+    if (watch) watch->Step(where + ": scenario: " + what);
   };
   step("open");
   auto opened = LocalEngine::Open(CrashOpts(dir, fs));
@@ -161,7 +162,7 @@ TEST(CrashTest, PowerLossAtEveryFileSystemCallOfPublishAndCheckpoint) {
     auto fs = std::make_shared<FaultInjectionFileSystem>();
     fs->CrashAtCall(n);
     Outcome out;
-    RunScenario(dir.path(), fs, &out, &watch);
+    RunScenario(dir.path(), fs, &out, &watch, where);
     fs->PowerLoss();
     watch.Step(where + ": recovery");
     CheckRecovered(dir.path(), out, where);
@@ -199,7 +200,7 @@ TEST(CrashTest, PowerLossDuringRecovery) {
       Outcome out;
       auto fs = std::make_shared<FaultInjectionFileSystem>();
       fs->CrashAtCall(first);
-      RunScenario(dir.path(), fs, &out, &watch);
+      RunScenario(dir.path(), fs, &out, &watch, where);
       fs->PowerLoss();
       auto fs2 = std::make_shared<FaultInjectionFileSystem>();
       fs2->CrashAtCall(n);
