@@ -480,11 +480,58 @@ class ConflictingSharedStore : public SharedMemoryStore {
   bool unreachable = false;
   std::function<void()> before_answer;
   std::function<void()> commit_hook;  // runs before a committed batch's answer
+  uint64_t refused_seq() const { return refused_batch_.seq; }
 
  private:
   static constexpr uint64_t kRefusedToken = ~uint64_t{0};
   MetaBatch refused_batch_;
 };
+
+// Another node publishes c while this node writes its own new file c, which keeps the name
+// (see ARecordWaitingForAFileInWritingTakesTheNameItLeaves). The writer's publish is refused
+// (etcd unreachable): etcd holds the other node's file there, so c goes to it at once, and the
+// reset that follows (it removes the file etcd never held), before the writer's release or
+// after, leaves it there.
+TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPublishIsRefused) {
+  for (bool reset_first : {true, false}) {
+    SCOPED_TRACE(reset_first ? "reset before the release" : "reset after the release");
+    ConflictingSharedStore store;
+    store.refusals = 1;
+    store.unreachable = true;
+    RecordingSink sink;
+    Namespace ns(&store, &sink);
+    ASSERT_TRUE(ns.Load().ok());
+    const ObjectId kOther = (9ull << 48) | 61;
+    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
+    ASSERT_TRUE(created.ok());
+    auto [entry, fh] = *created;
+    const ObjectId kMine = entry.attr.st_ino;
+    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
+    ns.ApplyRemoteChanges({RemoteRecord(kOther, kRootId, "c", ObjectType::kFile, 12)}, {});
+    EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kMine);  // the writer keeps it
+    sink.Clear();
+    EXPECT_EQ(ns.Flush(fh).err(), EROFS);
+    ASSERT_EQ(store.refused, 1);
+    auto c = ns.Lookup(kRootId, "c");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->attr.st_ino, kOther);
+    // The kernel holds c as this node's file: it is told.
+    EXPECT_NE(std::find(sink.entries.begin(), sink.entries.end(),
+                        std::pair<uint64_t, std::string>{kRootId, "c"}),
+              sink.entries.end());
+    const ResetOrigin refused{12, store.refused_seq()};  // etcd's state: no such file
+    if (reset_first) {
+      ns.RestoreStoreRecord(kMine, nullptr, refused);
+      EXPECT_TRUE(ns.Release(fh).ok());
+    } else {
+      EXPECT_TRUE(ns.Release(fh).ok());
+      ns.RestoreStoreRecord(kMine, nullptr, refused);
+    }
+    c = ns.Lookup(kRootId, "c");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->attr.st_ino, kOther);
+  }
+}
 
 // Three nodes renaming and publishing over the same 8 names without a pause (the etcd stall
 // stress run) had a rename refused 5 times in a row, each time built on a state another node
