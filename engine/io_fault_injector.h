@@ -17,6 +17,9 @@ struct IoRequest {
   uint8_t* data = nullptr;  // the buffer about to be written / just read
   uint32_t len = 0;
   bool journal = false;  // a journal append (offset: in the journal file; device unused)
+  // Set by BeforeIo: the ring parks this I/O where it neither completes nor runs until it is
+  // cancelled (a read of a pipe nobody writes), as the kernel has been seen to strand one.
+  bool strand = false;
 };
 
 class IoFaultInjector {

@@ -1,5 +1,6 @@
 #include "io_ring.h"
 
+#include <fcntl.h>
 #include <liburing.h>
 #include <spdlog/spdlog.h>
 #include <sys/uio.h>
@@ -35,10 +36,26 @@ constexpr int kSubmitTries = 10;
 // A wait for a completion looks again this often, and warns once it has waited this long.
 constexpr long kWaitSliceSeconds = 1;
 constexpr int kSlowIoWarnSeconds = 30;
+// A device I/O not done after this long is asked back from the kernel (ASYNC_CANCEL), and
+// again as often while the wait goes on: the kernel has been seen to leave an O_DIRECT write
+// it had taken neither done nor running (docs/engine.md). One it gives back ends ECANCELED and
+// Finish does it synchronously; one already on the device is left to finish.
+constexpr int kStuckIoSeconds = 5;
+// user_data of those cancel requests: never a slot index or a Submit token.
+constexpr uint64_t kCancelToken = ~uint64_t{0};
 
-// Waits for the next completion. The wait wakes every second and looks again, so a completion
-// posted without a wakeup is seen late rather than never; a device op still not done after 30
-// s is logged (once per wait), the wait goes on: only the kernel can end it.
+void AskBackStuckIo(io_uring* ring) {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  if (sqe == nullptr) return;  // the queue is full: try again at the next look
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+  io_uring_sqe_set_data64(sqe, kCancelToken);
+  if (io_uring_submit(ring) < 0) spdlog::warn("engine: could not ask a stuck device I/O back");
+}
+
+// Waits for the next completion of a device I/O. The wait wakes every second and looks again,
+// so a completion posted without a wakeup is seen late rather than never; stuck I/O is asked
+// back every 5 s (the answers to those asks are consumed here and logged); a device op still
+// not done after 30 s is logged once per wait and the wait goes on.
 int WaitCqe(io_uring* ring, io_uring_cqe** cqe) {
   __kernel_timespec slice{};
   slice.tv_sec = kWaitSliceSeconds;
@@ -46,8 +63,24 @@ int WaitCqe(io_uring* ring, io_uring_cqe** cqe) {
   for (;;) {
     const int rc = io_uring_wait_cqe_timeout(ring, cqe, &slice);
     if (rc == -EINTR) continue;
+    if (rc == 0 && io_uring_cqe_get_data64(*cqe) == kCancelToken) {
+      const int res = (*cqe)->res;
+      io_uring_cqe_seen(ring, *cqe);
+      if (res > 0) {
+        spdlog::warn(
+            "engine: the kernel gave back {} device I/O(s) stuck for {} s; doing them "
+            "synchronously",
+            res, waited);
+      } else {  // on the device already (a slow disk): only the kernel can end it
+        spdlog::debug("engine: a device I/O waiting {} s could not be asked back ({})", waited,
+                      std::strerror(-res));
+      }
+      continue;
+    }
     if (rc != -ETIME) return rc;
-    if (++waited == kSlowIoWarnSeconds) {
+    ++waited;
+    if (waited % kStuckIoSeconds == 0) AskBackStuckIo(ring);
+    if (waited == kSlowIoWarnSeconds) {
       spdlog::warn("engine: a device I/O has not completed after {} s; still waiting", waited);
     }
   }
@@ -59,11 +92,31 @@ struct IoRing::Impl {
   io_uring ring{};
   bool ring_ok = false;
   std::vector<uint8_t*> buffers;
+  int strand_pipe[2] = {-1, -1};  // IoRequest::strand's parking place, made when first needed
+  uint8_t strand_byte = 0;
   ~Impl() {
     if (ring_ok) io_uring_queue_exit(&ring);  // also unregisters files and buffers
     for (uint8_t* b : buffers) std::free(b);
+    for (int fd : strand_pipe) {
+      if (fd >= 0) ::close(fd);
+    }
   }
 };
+
+// Prepares `op` into `sqe`, or, when a fault injector stranded it, a read of an empty pipe that
+// only a cancel ends (ECANCELED: Finish then does `op` synchronously).
+void IoRing::PrepOp(io_uring_sqe* sqe, const RingOp& op, uint8_t* buf, bool strand) {
+  if (strand && (impl_->strand_pipe[0] >= 0 || ::pipe2(impl_->strand_pipe, O_CLOEXEC) == 0)) {
+    io_uring_prep_read(sqe, impl_->strand_pipe[0], &impl_->strand_byte, 1, 0);
+    return;
+  }
+  if (op.write) {
+    io_uring_prep_write(sqe, op.device, buf, op.len, op.offset);
+  } else {
+    io_uring_prep_read(sqe, op.device, buf, op.len, op.offset);
+  }
+  sqe->flags |= IOSQE_FIXED_FILE;
+}
 
 IoRing::~IoRing() = default;
 
@@ -115,10 +168,13 @@ Status IoRing::Init(const RingConfig& config, bool per_thread) {
   return Status::Ok();
 }
 
-// Completes a short transfer synchronously (rare with O_DIRECT on a file) and maps errors.
+// Completes a short transfer synchronously (rare with O_DIRECT on a file), and an op WaitCqe
+// asked back (ECANCELED, or EINTR when it was interrupted in a kernel worker: writing or
+// reading the same bytes again is harmless), and maps errors.
 Status IoRing::Finish(const RingOp& op, uint8_t* buf, int res) {
   const std::string where = "device " + std::to_string(op.device) +
                             (op.write ? " write" : " read") + " at " + std::to_string(op.offset);
+  if (res == -ECANCELED || res == -EINTR) res = 0;
   if (res < 0) {
     return Status::Error(-res == ENOSPC ? ENOSPC : EIO, where + ": " + std::strerror(-res));
   }
@@ -199,6 +255,7 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
         }
       }
       uint8_t* buf = pooled ? impl_->buffers[s] : op.data;
+      bool strand = false;
       if (config_.faults != nullptr) {
         IoRequest req{op.device, op.write, op.offset, buf, op.len};
         Status st = config_.faults->BeforeIo(req);
@@ -207,15 +264,11 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
           break;
         }
         op.len = req.len;
+        strand = req.strand;
       }
       io_uring_sqe* sqe = io_uring_get_sqe(ring);
       if (sqe == nullptr) break;
-      if (op.write) {
-        io_uring_prep_write(sqe, op.device, buf, op.len, op.offset);
-      } else {
-        io_uring_prep_read(sqe, op.device, buf, op.len, op.offset);
-      }
-      sqe->flags |= IOSQE_FIXED_FILE;
+      PrepOp(sqe, op, buf, strand);
       io_uring_sqe_set_data64(sqe, s);
       free_slots.pop_back();
       slots[s] = {op, next, true};
@@ -239,9 +292,11 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
     io_uring_cqe* cqe = nullptr;
     int rc = WaitCqe(ring, &cqe);
     if (rc < 0) return Status::IoError(std::string("io_uring wait: ") + std::strerror(-rc));
-    const uint32_t s = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+    const uint64_t token = io_uring_cqe_get_data64(cqe);
     const int res = cqe->res;
     io_uring_cqe_seen(ring, cqe);
+    if (token >= slots.size() || !slots[token].busy) continue;  // not this call's
+    const uint32_t s = static_cast<uint32_t>(token);
     Slot& slot = slots[s];
     --in_flight;
     uint8_t* buf = slot.op.data != nullptr ? slot.op.data : impl_->buffers[s];
@@ -261,10 +316,12 @@ Status IoRing::Submit(const RingOp& op_in, uint64_t token) {
   if (op.data == nullptr || op.device >= config_.fds.size()) {
     return Status::Invalid("bad device I/O request");
   }
+  bool strand = false;
   if (config_.faults != nullptr) {
     IoRequest req{op.device, op.write, op.offset, op.data, op.len};
     KVFS_RETURN_IF_ERROR(config_.faults->BeforeIo(req));
     op.len = req.len;
+    strand = req.strand;
   }
   if (broken_) return Status::IoError("io_uring ring is broken");
   io_uring* ring = &impl_->ring;
@@ -274,12 +331,7 @@ Status IoRing::Submit(const RingOp& op_in, uint64_t token) {
     sqe = io_uring_get_sqe(ring);
   }
   if (sqe == nullptr) return Status::IoError("io_uring submission queue full");
-  if (op.write) {
-    io_uring_prep_write(sqe, op.device, op.data, op.len, op.offset);
-  } else {
-    io_uring_prep_read(sqe, op.device, op.data, op.len, op.offset);
-  }
-  sqe->flags |= IOSQE_FIXED_FILE;
+  PrepOp(sqe, op, op.data, strand);
   io_uring_sqe_set_data64(sqe, token);
   unsigned taken = 0;
   KVFS_RETURN_IF_ERROR(SubmitPrepared(1, &taken));

@@ -6,7 +6,8 @@
 //
 // Plain rings (DEFER_TASKRUN bought nothing measured). Every prepared SQE is submitted
 // before anything waits for it (the kernel may take fewer than offered), and a ring the kernel
-// keeps refusing is broken: never submitted to again, replaced by a new one.
+// keeps refusing is broken: never submitted to again, replaced by a new one. An I/O not done
+// after 5 s is asked back (ASYNC_CANCEL); one the kernel gives back is done synchronously.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,8 @@
 
 #include "io_fault_injector.h"
 #include "kvfs/status.h"
+
+struct io_uring_sqe;
 
 namespace kvfs {
 
@@ -72,6 +75,7 @@ class IoRing {
   IoRing() = default;
   Status Init(const RingConfig& config, bool per_thread);
   Status Finish(const RingOp& op, uint8_t* buf, int res);
+  void PrepOp(io_uring_sqe* sqe, const RingOp& op, uint8_t* buf, bool strand);
   // Submits the `prepared` SQEs queued since the last submit; `*taken` says how many the
   // kernel took (all of them unless it kept refusing: then the ring is broken).
   Status SubmitPrepared(unsigned prepared, unsigned* taken);

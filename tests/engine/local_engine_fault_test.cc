@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <vector>
 
+#include "hang_watch.h"
 #include "io_fault_injector.h"
 #include "kvfs/local_engine.h"
 #include "local_engine_test_util.h"
@@ -139,6 +141,53 @@ TEST(LocalEngineTest, ASubmitRefusedForGoodFailsItsWriteAndNoLaterIoSeesItsReque
     EXPECT_EQ(ReadAll(*e, l), after);
     EXPECT_EQ(ReadAll(*e, kept), before);
   }
+}
+
+// Strands the next `writes` device writes and `reads` device reads: the ring parks each where
+// only a cancel ends it, as the kernel has been seen to leave an O_DIRECT write it took.
+class StrandIo : public IoFaultInjector {
+ public:
+  std::atomic<int> writes{0}, reads{0}, stranded{0};
+  Status BeforeIo(IoRequest& r) override {
+    std::atomic<int>& left = r.write ? writes : reads;
+    if (left.load() > 0) {
+      --left;
+      r.strand = true;
+      ++stranded;
+    }
+    return Status::Ok();
+  }
+};
+
+TEST(LocalEngineTest, ADeviceIoTheKernelStrandsIsAskedBackAndDoneSynchronously) {
+  testing::HangWatch watch(std::chrono::seconds(60));  // without the ask-back it waits forever
+  TempDir dir;
+  const auto big = Pattern(6 * kMiB + 12345, 1), small = Pattern(100 * 1024 + 7, 2);
+  {
+    auto faults = std::make_shared<StrandIo>();
+    auto e = OpenWithFaults(dir.path(), faults);
+    watch.Step("stranded streamed write");
+    faults->writes = 1;  // a streamed segment: the writer's own ring
+    LayoutRef l1 = WriteChunk(*e, big);
+    ASSERT_TRUE(l1);
+    ASSERT_TRUE(Publish(*e, 10, "big", l1).ok());
+    watch.Step("stranded seal");
+    faults->writes = 1;  // the seal of a chunk smaller than a segment: the thread's ring
+    LayoutRef l2 = WriteChunk(*e, small);
+    ASSERT_TRUE(l2);
+    ASSERT_TRUE(Publish(*e, 11, "small", l2).ok());
+    EXPECT_EQ(faults->stranded.load(), 2);
+    watch.Step("stranded read");
+    faults->reads = 1;
+    EXPECT_EQ(ReadAll(*e, l2), small);
+    EXPECT_EQ(faults->stranded.load(), 3);
+    EXPECT_EQ(ReadAll(*e, l1), big);
+  }
+  // What was written synchronously in the stranded requests' place is durable like the rest.
+  auto e = OpenOk(Opts(dir.path()));
+  auto recs = e->Records();
+  EXPECT_EQ(ReadAll(*e, FindLayout(recs, 10)), big);
+  EXPECT_EQ(ReadAll(*e, FindLayout(recs, 11)), small);
 }
 
 TEST(LocalEngineTest, SilentWriteCorruptionIsCaughtOnRead) {
