@@ -54,9 +54,10 @@ void AskBackStuckIo(io_uring* ring) {
 
 // Waits for the next completion of a device I/O. The wait wakes every second and looks again,
 // so a completion posted without a wakeup is seen late rather than never; stuck I/O is asked
-// back every 5 s (the answers to those asks are consumed here and logged); a device op still
-// not done after 30 s is logged once per wait and the wait goes on.
-int WaitCqe(io_uring* ring, io_uring_cqe** cqe) {
+// back every 5 s (the answers to those asks are consumed here and logged), unless the ring is
+// broken (`may_submit` false: a submit would send what the kernel refused earlier); a device op
+// still not done after 30 s is logged once per wait and the wait goes on.
+int WaitCqe(io_uring* ring, io_uring_cqe** cqe, bool may_submit) {
   __kernel_timespec slice{};
   slice.tv_sec = kWaitSliceSeconds;
   int waited = 0;
@@ -79,7 +80,7 @@ int WaitCqe(io_uring* ring, io_uring_cqe** cqe) {
     }
     if (rc != -ETIME) return rc;
     ++waited;
-    if (waited % kStuckIoSeconds == 0) AskBackStuckIo(ring);
+    if (may_submit && waited % kStuckIoSeconds == 0) AskBackStuckIo(ring);
     if (waited == kSlowIoWarnSeconds) {
       spdlog::warn("engine: a device I/O has not completed after {} s; still waiting", waited);
     }
@@ -290,7 +291,7 @@ Status IoRing::Pipeline(size_t count, const std::function<void(size_t, RingOp&)>
     }
     if (in_flight == 0) break;
     io_uring_cqe* cqe = nullptr;
-    int rc = WaitCqe(ring, &cqe);
+    int rc = WaitCqe(ring, &cqe, !broken_);
     if (rc < 0) return Status::IoError(std::string("io_uring wait: ") + std::strerror(-rc));
     const uint64_t token = io_uring_cqe_get_data64(cqe);
     const int res = cqe->res;
@@ -347,7 +348,8 @@ void IoRing::Reap(size_t min_complete, const std::function<void(uint64_t, Status
   size_t got = 0;
   while (!async_ops_.empty()) {
     io_uring_cqe* cqe = nullptr;
-    const int rc = got < min_complete ? WaitCqe(ring, &cqe) : io_uring_peek_cqe(ring, &cqe);
+    const int rc =
+        got < min_complete ? WaitCqe(ring, &cqe, !broken_) : io_uring_peek_cqe(ring, &cqe);
     if (rc == -EINTR) continue;
     if (rc < 0 || cqe == nullptr) break;
     const uint64_t token = io_uring_cqe_get_data64(cqe);
