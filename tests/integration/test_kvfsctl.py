@@ -221,9 +221,12 @@ class Prefetch(KvfsctlTestCase):
         warmed = self.counter("bytes_read")
         self.assertGreaterEqual(warmed - before, total, "prefetch did not read through kvfs")
         # Reading everything again is answered by the page cache: the daemon reads nothing.
+        # (Checked per file, with the daemon's log: this failed about 1 run in 100, one whole
+        # file read again, cause not found yet.)
         for rel, size in sizes.items():
             self.assertTrue(file_matches(self.m.path(*rel.split("/")), rel, size))
-        self.assertEqual(self.counter("bytes_read"), warmed)
+            self.assertEqual(self.counter("bytes_read"), warmed,
+                             f"{rel} was read through kvfs again\n{self.m.log_tail()}")
         again = self.ctl_json("prefetch", self.m.path("m"))
         self.assertEqual(again["cached_before_bytes"], total)
         self.assertEqual(self.counter("bytes_read"), warmed)
