@@ -5,7 +5,9 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "op_failure_log.h"
@@ -329,6 +331,8 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
+constexpr int kEvictBusyTries = 100;  // 10 ms apart
+
 // The bounded cache's controls: user.kvfs.pin = "1" | "0", user.kvfs.evict (any value),
 // user.kvfs.parent = the chunk this one extends (namespace_parent.cc).
 void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
@@ -341,7 +345,14 @@ void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
     return ReplyStatus(req, c.ns->SetPinned(ino, v == "1"));
   }
   if (std::strcmp(name, "user.kvfs.evict") == 0) {
+    // close(2) returns before the kernel sends the writer's RELEASE (FUSE sends it
+    // asynchronously), so an evict right after the writer's close can find the file still
+    // open for writing: EBUSY stands only once it has stayed so for about a second.
     Status st = c.store->Evict(ino);
+    for (int i = 0; i < kEvictBusyTries && st.err() == EBUSY; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      st = c.store->Evict(ino);
+    }
     if (st.ok()) c.ns->AwaitInvalidations();
     return ReplyStatus(req, st);
   }
