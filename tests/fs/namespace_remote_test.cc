@@ -32,6 +32,9 @@ class RecordingSink : public InvalidationSink {
     inodes.clear();
     entries.clear();
   }
+  bool ToldEntry(uint64_t parent, const std::string& name) const {
+    return std::find(entries.begin(), entries.end(), std::pair{parent, name}) != entries.end();
+  }
   std::vector<std::pair<uint64_t, bool>> inodes;
   std::vector<std::pair<uint64_t, std::string>> entries;
 };
@@ -359,6 +362,17 @@ TEST(NamespaceRemoteTest, ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoe
   EXPECT_FALSE(ns.Lookup(kRootId, "b").ok());
 }
 
+// This node creates c and writes to it (not published: etcd has never heard of it); another
+// node's record `other` for c arrives meanwhile. Returns the writer's entry and handle.
+std::pair<EntryInfo, FileHandle*> WriteCWhileAnotherNodesCArrives(Namespace& ns, ObjectId other) {
+  auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
+  EXPECT_TRUE(created.ok());
+  if (!created.ok()) return {};
+  EXPECT_TRUE(ns.Write(created->second, 0, "mine", 4).ok());
+  ns.ApplyRemoteChanges({RemoteRecord(other, kRootId, "c", ObjectType::kFile, 12)}, {});
+  return *created;
+}
+
 // Another node publishes c while this node writes its own new file c (etcd has never heard of
 // it): the file keeps the name until its close, and the other node's record waits. The writer
 // moves its file away (or unlinks it) first: c must go to the other node's file, which etcd
@@ -371,11 +385,8 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameItLeaves) {
     Namespace ns(&store, &sink);
     ASSERT_TRUE(ns.Load().ok());
     const ObjectId kOther = (9ull << 48) | 51;
-    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
-    ASSERT_TRUE(created.ok());
-    auto [entry, fh] = *created;
-    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
-    ns.ApplyRemoteChanges({RemoteRecord(kOther, kRootId, "c", ObjectType::kFile, 12)}, {});
+    auto [entry, fh] = WriteCWhileAnotherNodesCArrives(ns, kOther);
+    ASSERT_NE(fh, nullptr);
     EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, entry.attr.st_ino);  // the writer keeps it
     sink.Clear();
     if (rename) {
@@ -387,9 +398,7 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameItLeaves) {
     ASSERT_TRUE(c.ok());
     EXPECT_EQ(c->attr.st_ino, kOther);
     // The kernel may hold c as the writer's: it is told.
-    EXPECT_NE(std::find(sink.entries.begin(), sink.entries.end(),
-                        std::pair<uint64_t, std::string>{kRootId, "c"}),
-              sink.entries.end());
+    EXPECT_TRUE(sink.ToldEntry(kRootId, "c"));
     ASSERT_TRUE(ns.Flush(fh).ok());
     EXPECT_TRUE(ns.Release(fh).ok());
     EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kOther);
@@ -502,12 +511,9 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPubl
     Namespace ns(&store, &sink);
     ASSERT_TRUE(ns.Load().ok());
     const ObjectId kOther = (9ull << 48) | 61;
-    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
-    ASSERT_TRUE(created.ok());
-    auto [entry, fh] = *created;
+    auto [entry, fh] = WriteCWhileAnotherNodesCArrives(ns, kOther);
+    ASSERT_NE(fh, nullptr);
     const ObjectId kMine = entry.attr.st_ino;
-    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
-    ns.ApplyRemoteChanges({RemoteRecord(kOther, kRootId, "c", ObjectType::kFile, 12)}, {});
     EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kMine);  // the writer keeps it
     sink.Clear();
     EXPECT_EQ(ns.Flush(fh).err(), EROFS);
@@ -516,9 +522,7 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPubl
     ASSERT_TRUE(c.ok());
     EXPECT_EQ(c->attr.st_ino, kOther);
     // The kernel holds c as this node's file: it is told.
-    EXPECT_NE(std::find(sink.entries.begin(), sink.entries.end(),
-                        std::pair<uint64_t, std::string>{kRootId, "c"}),
-              sink.entries.end());
+    EXPECT_TRUE(sink.ToldEntry(kRootId, "c"));
     const ResetOrigin refused{12, store.refused_seq()};  // etcd's state: no such file
     if (reset_first) {
       ns.RestoreStoreRecord(kMine, nullptr, refused);
