@@ -212,6 +212,22 @@ class Prefetch(KvfsctlTestCase):
         for rel, size in sizes.items():
             self.publish(rel, size)
         total = sum(sizes.values())
+        # The page cache is the kernel's to reclaim: under memory pressure (a memory cgroup
+        # near its limit, a CI machine whose memory is full of page cache) the oldest prefetched
+        # file goes before it is read again, and the daemon reads it again, rightly. That showed
+        # as about 1 CI run in 100 failing here, and a 200 MiB cgroup beside a writing dd
+        # reproduces it. So a miss is retried on a fresh mount; a kvfs that drops its cache
+        # (an open without keep_cache, an invalidation) misses every time.
+        misses = []
+        for _ in range(3):
+            miss = self.prefetch_and_read_again(sizes, total)
+            if miss is None:
+                return
+            misses.append(miss)
+        self.fail("\n\n".join(misses))
+
+    def prefetch_and_read_again(self, sizes, total):
+        """Returns None when every re-read was answered from the page cache, else why not."""
         # A fresh daemon and a fresh superblock: nothing of these files is cached anywhere.
         self.m.remount()
         before = self.counter("bytes_read")
@@ -221,15 +237,14 @@ class Prefetch(KvfsctlTestCase):
         warmed = self.counter("bytes_read")
         self.assertGreaterEqual(warmed - before, total, "prefetch did not read through kvfs")
         # Reading everything again is answered by the page cache: the daemon reads nothing.
-        # (Checked per file, with the daemon's log: this failed about 1 run in 100, one whole
-        # file read again, cause not found yet.)
         for rel, size in sizes.items():
             self.assertTrue(file_matches(self.m.path(*rel.split("/")), rel, size))
-            self.assertEqual(self.counter("bytes_read"), warmed,
-                             f"{rel} was read through kvfs again\n{self.m.log_tail()}")
+            if self.counter("bytes_read") != warmed:
+                return f"{rel} was read through kvfs again\n{self.m.log_tail()}"
         again = self.ctl_json("prefetch", self.m.path("m"))
-        self.assertEqual(again["cached_before_bytes"], total)
-        self.assertEqual(self.counter("bytes_read"), warmed)
+        if again["cached_before_bytes"] != total or self.counter("bytes_read") != warmed:
+            return f"the second prefetch found {again['cached_before_bytes']} of {total} bytes cached"
+        return None
 
     def test_prefetch_reports_misses_and_still_warms_the_rest(self):
         a = self.publish("p/a", MiB)
