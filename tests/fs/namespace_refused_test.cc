@@ -193,6 +193,44 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPubl
   }
 }
 
+// The writer's publish of its new file c is refused first (etcd unreachable); another node's
+// record for c arrives before the refusal's reset, with the writer's handle open or released.
+// etcd holds that record there: c must be its file, also after the reset that removes the file
+// etcd never held.
+TEST(NamespaceRemoteTest, ARecordArrivingBetweenARefusedPublishAndItsResetTakesTheName) {
+  for (bool release_first : {true, false}) {
+    SCOPED_TRACE(release_first ? "released before the record" : "released after the reset");
+    ConflictingSharedStore store;
+    store.refusals = 1;
+    store.unreachable = true;
+    RecordingSink sink;
+    Namespace ns(&store, &sink);
+    ASSERT_TRUE(ns.Load().ok());
+    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
+    ASSERT_TRUE(created.ok());
+    auto [entry, fh] = *created;
+    const ObjectId kMine = entry.attr.st_ino;
+    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
+    EXPECT_EQ(ns.Flush(fh).err(), EROFS);
+    ASSERT_EQ(store.refused, 1);
+    if (release_first) {
+      EXPECT_TRUE(ns.Release(fh).ok());
+    }
+    const ObjectId kOther = (9ull << 48) | 71;
+    sink.Clear();
+    ns.ApplyRemoteChanges({RemoteRecord(kOther, kRootId, "c", ObjectType::kFile, 12)}, {});
+    EXPECT_EQ(ns.Lookup(kRootId, "c")->attr.st_ino, kOther);
+    EXPECT_TRUE(sink.ToldEntry(kRootId, "c"));  // the kernel may hold c as the writer's
+    ns.RestoreStoreRecord(kMine, nullptr, {12, store.refused_seq()});  // etcd: no such file
+    if (!release_first) {
+      EXPECT_TRUE(ns.Release(fh).ok());
+    }
+    auto c = ns.Lookup(kRootId, "c");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->attr.st_ino, kOther);
+  }
+}
+
 // Three nodes renaming and publishing over the same 8 names without a pause (the etcd stall
 // stress run) had a rename refused 5 times in a row, each time built on a state another node
 // had just replaced: EAGAIN. The fs tries a change again up to 12 times, pausing at random from
