@@ -207,6 +207,7 @@ class CatchUp(ClusterEtcdCase):
             # Node 1 compacts about once a second, to what etcd held a second before.
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > seeded_to, 60, 0.2,
                        what="node 1 compacts past the seeded names")
+            c.node(2).mount.mount_timeout_s = 90  # it reads 150,000 names before it mounts
             c.start_node(2)
             self.assertEqual(count_names(c.path(2, "seed")), count)
             held = re.search(r"compaction held at revision (\d+) while node 2 reads",
