@@ -153,6 +153,13 @@ while True:
 """
 
 
+def _reap(proc):
+    """Kills proc (by its PID) if it still runs, and waits for it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 class CrashLinks(unittest.TestCase):
     """kill -9 while hard links are made and names unlinked (durability=close): after the
     restart every name whose link returned is there unless its unlink returned, every name whose
@@ -172,13 +179,17 @@ class CrashLinks(unittest.TestCase):
                     [sys.executable, "-c", LINK_WRITER, root, str(rnd), log_path],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL)
+                self.addCleanup(_reap, writer)  # whatever fails below, it is not left running
                 time.sleep(rng.uniform(0.1, 0.6))
                 # The dead mount stays until the restart detaches it: the writer's next call
                 # fails ENOTCONN. Detached at once (kill9's default), a writer that made no call
                 # before the detach (a loaded machine) found no directory there and, taking
                 # that for an unlinked name, looped for ever.
                 m.kill9(detach=False)
-                writer.wait(timeout=30)
+                try:
+                    writer.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.fail(f"{where}: the writer did not stop after the daemon was killed")
                 m.start()
                 # name -> True: must exist, False: must be gone, None: either (an unlink
                 # was under way when the daemon died).
