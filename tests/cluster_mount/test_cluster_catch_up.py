@@ -127,22 +127,11 @@ class CatchUp(ClusterEtcdCase):
         # hand: node 1 compacts up to its revision and no further, kvfsctl nodes says why, and
         # once the lease is gone (the reading node died) compaction goes on.
         c = self.cluster(n=1, replicas=1, extra_args=["--etcd-history", "1"])
-        os.mkdir(c.path(1, "h"))
         lease = c.etcd.call("/v3/lease/grant", {"TTL": 60})["ID"]
         put = c.etcd.call("/v3/kv/put", {"key": base64.b64encode(b"/kvfs/s/00002").decode(),
                                           "value": "", "lease": lease})
         hold = int(put["header"]["revision"])
-        stop = threading.Event()
-
-        def publish():
-            n = 0
-            while not stop.is_set():
-                write_file_atomic(c.path(1, f"h/f{n % 20}"), b"v%d" % n)
-                n += 1
-
-        publisher = threading.Thread(target=publish)
-        publisher.start()
-        try:
+        with self.publishing(c):
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] == hold, 15, 0.2,
                        what=f"node 1 compacts up to the hold at {hold}")
             time.sleep(2.5)  # two more chances to compact past it
@@ -156,9 +145,6 @@ class CatchUp(ClusterEtcdCase):
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > hold, 15, 0.2,
                        what="node 1 compacts past the hold once its lease is gone")
             self.assertEqual(c.nodes_json(1)["compaction_held"]["revision"], 0)
-        finally:
-            stop.set()
-            publisher.join()
 
     def seeded_cluster(self, count):
         """Node 1 alone with 1 s of etcd history over `count` names seeded straight into etcd

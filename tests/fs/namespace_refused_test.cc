@@ -152,6 +152,18 @@ class ConflictingSharedStore : public SharedMemoryStore {
   MetaBatch refused_batch_;
 };
 
+// A node whose next change etcd refuses as unreachable; the test resets it, as the watch
+// thread would.
+struct NodeWhoseNextChangeIsRefused {
+  NodeWhoseNextChangeIsRefused() {
+    store.refusals = 1;
+    store.unreachable = true;
+  }
+  ConflictingSharedStore store;
+  RecordingSink sink;
+  Namespace ns{&store, &sink};
+};
+
 // Another node publishes c while this node writes its own new file c, which keeps the name
 // (see ARecordWaitingForAFileInWritingTakesTheNameItLeaves). The writer's publish is refused
 // (etcd unreachable): etcd holds the other node's file there, so c goes to it at once, and the
@@ -160,11 +172,8 @@ class ConflictingSharedStore : public SharedMemoryStore {
 TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPublishIsRefused) {
   for (bool reset_first : {true, false}) {
     SCOPED_TRACE(reset_first ? "reset before the release" : "reset after the release");
-    ConflictingSharedStore store;
-    store.refusals = 1;
-    store.unreachable = true;
-    RecordingSink sink;
-    Namespace ns(&store, &sink);
+    NodeWhoseNextChangeIsRefused node;
+    auto& [store, sink, ns] = node;
     ASSERT_TRUE(ns.Load().ok());
     const ObjectId kOther = (9ull << 48) | 61;
     auto [entry, fh] = WriteCWhileAnotherNodesCArrives(ns, kOther);
@@ -200,11 +209,8 @@ TEST(NamespaceRemoteTest, ARecordWaitingForAFileInWritingTakesTheNameWhenItsPubl
 TEST(NamespaceRemoteTest, ARecordArrivingBetweenARefusedPublishAndItsResetTakesTheName) {
   for (bool release_first : {true, false}) {
     SCOPED_TRACE(release_first ? "released before the record" : "released after the reset");
-    ConflictingSharedStore store;
-    store.refusals = 1;
-    store.unreachable = true;
-    RecordingSink sink;
-    Namespace ns(&store, &sink);
+    NodeWhoseNextChangeIsRefused node;
+    auto& [store, sink, ns] = node;
     ASSERT_TRUE(ns.Load().ok());
     auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
     ASSERT_TRUE(created.ok());
