@@ -21,12 +21,11 @@ namespace {
 // This node creates c and writes to it (not published: etcd has never heard of it); another
 // node's record `other` for c arrives meanwhile. Returns the writer's entry and handle.
 std::pair<EntryInfo, FileHandle*> WriteCWhileAnotherNodesCArrives(Namespace& ns, ObjectId other) {
-  auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
-  EXPECT_TRUE(created.ok());
-  if (!created.ok()) return {};
-  EXPECT_TRUE(ns.Write(created->second, 0, "mine", 4).ok());
-  ns.ApplyRemoteChanges({RemoteRecord(other, kRootId, "c", ObjectType::kFile, 12)}, {});
-  return *created;
+  auto written = NewFileInWriting(ns, "c", "mine");
+  if (written.second) {
+    ns.ApplyRemoteChanges({RemoteRecord(other, kRootId, "c", ObjectType::kFile, 12)}, {});
+  }
+  return written;
 }
 
 // Another node publishes c while this node writes its own new file c (etcd has never heard of
@@ -85,11 +84,9 @@ TEST(NamespaceRemoteTest, AChangeAfterARefusedFirstPublishGivesTheNameAgain) {
   UnreachableOnceStore store;
   Namespace ns(&store, nullptr);
   ASSERT_TRUE(ns.Load().ok());
-  auto created = ns.Create(kRootId, "f", 0644, O_WRONLY | O_CREAT, 0, 0);
-  ASSERT_TRUE(created.ok());
-  auto [entry, fh] = *created;
+  auto [entry, fh] = NewFileInWriting(ns, "f", "one");
+  ASSERT_NE(fh, nullptr);
   const ObjectId id = entry.attr.st_ino;
-  ASSERT_TRUE(ns.Write(fh, 0, "one", 3).ok());
   store.refuse_next = true;
   EXPECT_EQ(ns.Flush(fh).err(), EROFS);
   EXPECT_TRUE(ns.Release(fh).ok());
@@ -212,11 +209,9 @@ TEST(NamespaceRemoteTest, ARecordArrivingBetweenARefusedPublishAndItsResetTakesT
     NodeWhoseNextChangeIsRefused node;
     auto& [store, sink, ns] = node;
     ASSERT_TRUE(ns.Load().ok());
-    auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
-    ASSERT_TRUE(created.ok());
-    auto [entry, fh] = *created;
+    auto [entry, fh] = NewFileInWriting(ns, "c", "mine");
+    ASSERT_NE(fh, nullptr);
     const ObjectId kMine = entry.attr.st_ino;
-    ASSERT_TRUE(ns.Write(fh, 0, "mine", 4).ok());
     EXPECT_EQ(ns.Flush(fh).err(), EROFS);
     ASSERT_EQ(store.refused, 1);
     if (release_first) {

@@ -3,8 +3,12 @@
 // record, and a memory store that says its namespace is shared.
 #pragma once
 
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +46,20 @@ inline ObjectRecord RemoteRecord(ObjectId id, ObjectId parent, const std::string
   r.mode = type == ObjectType::kDirectory ? 0755 : 0644;
   r.revision = revision;
   return r;
+}
+
+// This node's new file `name` in the root with `data` written, not published yet (its close
+// publishes it): the writer's entry and handle, or a null handle (and a test failure) when the
+// create or the write failed.
+inline std::pair<EntryInfo, FileHandle*> NewFileInWriting(Namespace& ns, const std::string& name,
+                                                          std::string_view data) {
+  auto created = ns.Create(kRootId, name, 0644, O_WRONLY | O_CREAT, 0, 0);
+  EXPECT_TRUE(created.ok());
+  if (!created.ok()) return {};
+  const bool written = ns.Write(created->second, 0, data.data(), data.size()).ok();
+  EXPECT_TRUE(written);
+  if (!written) return {created->first, nullptr};
+  return *created;
 }
 
 // A store that says its namespace is shared, as the cluster's is: the fs then remembers the

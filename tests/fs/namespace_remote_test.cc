@@ -300,11 +300,9 @@ TEST(NamespaceRemoteTest, ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoe
   ns.ApplyRemoteChanges({RemoteRecord(kD, kRootId, "b", ObjectType::kDirectory, 10),
                          RemoteRecord(kInner, kD, "inner", ObjectType::kFile, 11)},
                         {});
-  auto created = ns.Create(kRootId, "c", 0644, O_WRONLY | O_CREAT, 0, 0);
-  ASSERT_TRUE(created.ok());
-  auto [entry, fh] = *created;
+  auto [entry, fh] = NewFileInWriting(ns, "c", "new");
+  ASSERT_NE(fh, nullptr);
   const ObjectId kX = entry.attr.st_ino;
-  ASSERT_TRUE(ns.Write(fh, 0, "new", 3).ok());
   Status flushed;
   std::thread closer([&, fh = fh] { flushed = ns.Flush(fh); });
   store.WaitUntilWaiting();
