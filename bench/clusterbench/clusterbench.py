@@ -7,6 +7,11 @@ the run (tests/pylib/kvfs_cluster.py); everything is stopped by PID at the end. 
 
   publish/s, one node      4 KiB files published through node 1 (temp file + rename, as
                            connectors do) by --threads threads
+  CPU ms/publish           during the one-node run: CPU time per publish of the publishing
+                           daemon, of each other daemon (the mean: applying the change from
+                           the watch), of etcd and of the bench's own threads. On this
+                           2-core machine their sum bounds the rate: 2000 ms / sum is the
+                           most publishes a second can hold
   publish/s, all nodes     the same on every node at once, summed
   visible p50 / p99 (ms)   from rename() returning on node 1 to stat() finding the name on the
                            last node (which polls the name every 0.5 ms)
@@ -62,6 +67,13 @@ def write_bytes(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -95,12 +107,16 @@ def single_node(args) -> dict:
     m = KvfsMount(capacity="2G")
     try:
         m.start()
+        cpu0, client0 = cpu_seconds(m.pid), cpu_seconds(os.getpid())
         rate = publish_many(m.mnt, "s", args.files, args.threads)
+        cpu_self = (cpu_seconds(m.pid) - cpu0) * 1000 / args.files
+        cpu_client = (cpu_seconds(os.getpid()) - client0) * 1000 / args.files
         before = write_bytes(m.pid)
         publish_many(m.mnt, "m", args.names, args.threads)
         after = write_bytes(m.pid)
         meta = max(0, after - before - args.names * len(PAYLOAD)) / args.names
-        return {"publish_one": rate, "meta_small": meta}
+        return {"publish_one": rate, "meta_small": meta, "cpu_self": cpu_self,
+                "cpu_client": cpu_client, "cpu_sum": cpu_self + cpu_client}
     finally:
         m.cleanup()
 
@@ -146,7 +162,18 @@ def cluster_run(n: int, args) -> dict:
     c = KvfsCluster(n=n, replicas=min(2, n), capacity="2G")
     try:
         c.start()
+        pids = {k: c.node(k).pid for k in c.nodes}
+        pids[0] = c.etcd.proc.pid
+        pids[-1] = os.getpid()  # the publishing threads themselves
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         out["publish_one"] = publish_many(c.path(1), "p", args.files, args.threads)
+        cpu = {k: (cpu_seconds(p) - cpu0[k]) * 1000 / args.files for k, p in pids.items()}
+        out["cpu_client"] = cpu[-1]
+        out["cpu_self"] = cpu[1]
+        others = [cpu[k] for k in c.nodes if k != 1]
+        out["cpu_other"] = statistics.mean(others) if others else 0.0
+        out["cpu_etcd"] = cpu[0]
+        out["cpu_sum"] = sum(cpu.values())
         if n > 1:
             rates = {}
 
@@ -339,6 +366,11 @@ def main() -> int:
     if one:
         print(f"{'  ratio to 1 node':28}{'-':>16}" +
               "".join(f"{runs[n]['publish_one'] / one:>12.2f}" for n in runs))
+    row("  CPU ms/publish, publisher", "cpu_self", "{:.2f}")
+    row("  CPU ms, each other node", "cpu_other", "{:.2f}")
+    row("  CPU ms, etcd", "cpu_etcd", "{:.2f}")
+    row("  CPU ms, the bench client", "cpu_client", "{:.2f}")
+    row("  CPU ms, all processes", "cpu_sum", "{:.2f}")
     row("publish/s, all nodes", "publish_all")
     row("visible p50 (ms)", "vis_p50", "{:.1f}")
     row("visible p99 (ms)", "vis_p99", "{:.1f}")
