@@ -171,7 +171,8 @@ def cluster_run(n: int, args) -> dict:
         out["cpu_client"] = cpu[-1]
         out["cpu_self"] = cpu[1]
         others = [cpu[k] for k in c.nodes if k != 1]
-        out["cpu_other"] = statistics.mean(others) if others else 0.0
+        if others:
+            out["cpu_other"] = statistics.mean(others)
         out["cpu_etcd"] = cpu[0]
         out["cpu_sum"] = sum(cpu.values())
         if n > 1:
@@ -357,7 +358,8 @@ def main() -> int:
     print(f"{'':28}{'single, no etcd':>16}" +
           "".join(f"{str(n) + (' nodes' if n > 1 else ' node'):>12}" for n in runs))
     def row(name, key, fmt="{:.0f}"):
-        cells = "".join(f"{fmt.format(runs[n][key]):>12}" for n in runs)
+        cells = "".join(f"{fmt.format(runs[n][key]) if key in runs[n] else '-':>12}"
+                        for n in runs)
         b = fmt.format(base[key]) if key in base else "-"
         print(f"{name:28}{b:>16}{cells}")
     row("publish/s, one node", "publish_one")
