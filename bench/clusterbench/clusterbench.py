@@ -325,6 +325,15 @@ def main() -> int:
     ONE_DIR = args.one_dir
     if args.seed_names < 0:
         ap.error("--seed-names must be >= 0")
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
+    for name in ("files", "names", "big_names"):
+        if getattr(args, name) < args.threads:
+            ap.error(f"--{name.replace('_', '-')} must be at least --threads ({args.threads})")
+    if args.samples < 1 or args.repair_mib < 4:
+        ap.error("--samples must be >= 1 and --repair-mib >= 4 (one 4 MiB chunk)")
+    if any(n < 1 for n in args.nodes):
+        ap.error("--nodes must be >= 1")
 
     def progress(what, value):
         print(f"clusterbench: {what}: {json.dumps(value)}", file=sys.stderr, flush=True)
