@@ -9,7 +9,8 @@ the run (tests/pylib/kvfs_cluster.py); everything is stopped by PID at the end. 
                            connectors do) by --threads threads
   CPU ms/publish           during the one-node run: CPU time per publish of the publishing
                            daemon, of each other daemon (the mean: applying the change from
-                           the watch), of etcd and of the bench's own threads. On this
+                           the watch, and on the chunk's second holder (R=2) storing its
+                           copy), of etcd and of the bench's own threads. On this
                            2-core machine their sum bounds the rate: 2000 ms / sum is the
                            most publishes a second can hold
   publish/s, all nodes     the same on every node at once, summed
