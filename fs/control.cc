@@ -349,6 +349,12 @@ nlohmann::json Control::NodesJson() {
         {"repaired_bytes", v.repaired_bytes},
         {"failures", v.repair_failures},
         {"bandwidth", v.repair_bandwidth}}},
+      {"namespace",
+       {{"transactions", v.ns_transactions},
+        {"changes", v.ns_changes},
+        {"conflicts", v.ns_conflicts},
+        {"names_taken_over", v.ns_names_taken_over},
+        {"refused_unreachable", v.ns_refused_unreachable}}},
       {"nodes", nodes}};
 }
 

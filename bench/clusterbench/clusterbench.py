@@ -7,6 +7,9 @@ the run (tests/pylib/kvfs_cluster.py); everything is stopped by PID at the end. 
 
   publish/s, one node      4 KiB files published through node 1 (temp file + rename, as
                            connectors do) by --threads threads
+  changes, transactions    during the one-node run: namespace changes node 1 made per publish
+                           and the etcd transactions that carried them (kvfsctl nodes): fewer
+                           transactions than changes is group commit at work
   CPU ms/publish           during the one-node run: CPU time per publish of the publishing
                            daemon, of each other daemon (the mean: applying the change from
                            the watch, and on the chunk's second holder (R=2) storing its
@@ -167,7 +170,11 @@ def cluster_run(n: int, args) -> dict:
         pids[0] = c.etcd.proc.pid
         pids[-1] = os.getpid()  # the publishing threads themselves
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        ns0 = c.nodes_json(1)["namespace"]
         out["publish_one"] = publish_many(c.path(1), "p", args.files, args.threads)
+        ns = c.nodes_json(1)["namespace"]
+        out["changes"] = (ns["changes"] - ns0["changes"]) / args.files
+        out["txns"] = (ns["transactions"] - ns0["transactions"]) / args.files
         cpu = {k: (cpu_seconds(p) - cpu0[k]) * 1000 / args.files for k, p in pids.items()}
         out["cpu_client"] = cpu[-1]
         out["cpu_self"] = cpu[1]
@@ -378,6 +385,8 @@ def main() -> int:
     if one:
         print(f"{'  ratio to 1 node':28}{'-':>16}" +
               "".join(f"{runs[n]['publish_one'] / one:>12.2f}" for n in runs))
+    row("  namespace changes/publish", "changes", "{:.2f}")
+    row("  etcd transactions/publish", "txns", "{:.2f}")
     row("  CPU ms/publish, publisher", "cpu_self", "{:.2f}")
     row("  CPU ms, each other node", "cpu_other", "{:.2f}")
     row("  CPU ms, etcd", "cpu_etcd", "{:.2f}")

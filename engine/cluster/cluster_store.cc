@@ -437,6 +437,12 @@ ClusterView ClusterStore::Cluster() const {
   v.compacted_revision = compacted_revision_.load();
   v.compaction_held_at = compaction_held_at_.load();
   v.compaction_held_by = compaction_held_by_.load();
+  const NamespaceLog::Counters c = log_->counters();
+  v.ns_transactions = c.txns;
+  v.ns_changes = c.batches;
+  v.ns_conflicts = c.conflicts;
+  v.ns_names_taken_over = c.displaced;
+  v.ns_refused_unreachable = c.refused_unreachable;
   std::set<NodeId> listed;
   for (const MemberInfo& m : membership_->Members()) {
     NodeView n;

@@ -1,9 +1,9 @@
 // kvfsctl nodes MOUNTPOINT: the cluster as the mounted node sees it, from MOUNTPOINT/.kvfs/nodes
 // (what etcd says: one row per node with id, address, state, capacity, usage and this node's
-// requests to it; the etcd endpoints, the namespace revision applied here and the repair this
-// node leads). Exit status: 0 when every node is this one, up or draining, 1 when a node is
-// down (a problem an operator should look at), etcd is unreachable, or the file cannot be read.
-// A single-node mount lists itself.
+// requests to it; the etcd endpoints, the namespace revision applied here, the repair this
+// node leads and how its namespace changes fared in etcd). Exit status: 0 when every node is this
+// one, up or draining, 1 when a node is down (a problem an operator should look at), etcd is
+// unreachable, or the file cannot be read. A single-node mount lists itself.
 //
 // kvfsctl drain|undrain MOUNTPOINT [--node N]: writes "drain N" to MOUNTPOINT/.kvfs/ctl.
 #include <cerrno>
@@ -86,6 +86,15 @@ void PrintTable(const nlohmann::json& doc) {
                 FormatSize(Count(r, "repaired_bytes")).c_str(),
                 static_cast<unsigned long long>(Count(r, "failures")),
                 FormatSize(Count(r, "bandwidth")).c_str());
+    const auto& ns = doc.value("namespace", nlohmann::json::object());
+    std::printf(
+        "namespace changes of this node: %llu committed in %llu etcd transactions, %llu "
+        "refused as conflicts, %llu names taken over, %llu refused with etcd unreachable\n",
+        static_cast<unsigned long long>(Count(ns, "changes")),
+        static_cast<unsigned long long>(Count(ns, "transactions")),
+        static_cast<unsigned long long>(Count(ns, "conflicts")),
+        static_cast<unsigned long long>(Count(ns, "names_taken_over")),
+        static_cast<unsigned long long>(Count(ns, "refused_unreachable")));
   }
 }
 

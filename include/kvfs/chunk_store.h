@@ -197,6 +197,12 @@ struct ClusterView {
   // Re-replication this node leads (chunks it holds whose live copies are fewer than R).
   uint64_t repair_pending = 0, repaired_chunks = 0, repaired_bytes = 0, repair_failures = 0;
   uint64_t repair_bandwidth = 0;  // bytes per second, the cap
+  // This node's namespace changes since it started: etcd transactions committed and the
+  // changes they carried (more changes than transactions: group commit), changes refused as
+  // conflicts (the fs built them again), names taken over from another node's file (a publish
+  // over it), and changes refused at once while etcd was unreachable.
+  uint64_t ns_transactions = 0, ns_changes = 0, ns_conflicts = 0, ns_names_taken_over = 0;
+  uint64_t ns_refused_unreachable = 0;
 };
 // Where one file's data is (user.kvfs.location, kvfsctl where).
 struct PlacementView {

@@ -37,6 +37,28 @@ class ClusterEtcd(ClusterEtcdCase):
                            self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
                            what=f"node {node} shows the winner's {name}")
 
+    def test_kvfsctl_nodes_counts_the_namespace_changes_of_its_node(self):
+        # Each publish by temp file + rename is two namespace changes of node 1 (the close
+        # publishes the temp name, the rename moves it), committed in at most as many etcd
+        # transactions; node 2, which only watches them arrive, made none.
+        c = self.cluster(n=2, replicas=1)
+        before = c.nodes_json(1)["namespace"]
+        for i in range(10):
+            c.publish(1, f"f{i}", b"x" * 100, tmp_suffix=".tmp")
+        c.wait_exists(2, "f9", VISIBLE_S)
+        after = c.nodes_json(1)["namespace"]
+        changes = after["changes"] - before["changes"]
+        txns = after["transactions"] - before["transactions"]
+        self.assertGreaterEqual(changes, 20, after)
+        self.assertTrue(1 <= txns <= changes, after)
+        self.assertEqual(after["conflicts"], 0, after)
+        self.assertEqual(after["refused_unreachable"], 0, after)
+        self.assertEqual(c.nodes_json(2)["namespace"]["changes"], 0)
+        r = c.kvfsctl("nodes", c.path(1))
+        self.assertIn(f"namespace changes of this node: {after['changes']} committed in "
+                      f"{after['transactions']} etcd transactions, 0 refused as conflicts",
+                      r.stdout)
+
     def test_rename_noreplace_race_across_nodes_has_one_winner(self):
         # Each of 6 writers on 3 nodes publishes its own temp file onto one name with
         # RENAME_NOREPLACE at once: exactly one rename takes the name, the others get EEXIST

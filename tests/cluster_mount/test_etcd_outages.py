@@ -136,6 +136,7 @@ class EtcdOutages(ClusterEtcdCase):
         # back. (Before: every change went to etcd and logged its own error line, 40 here.)
         c = self.cluster(n=1, replicas=1, lease_ttl_s=30)
         self.write(c, 1, "before", b"b")
+        refused_before = c.nodes_json(1)["namespace"]["refused_unreachable"]
         c.etcd.kill9()
         codes = []
         for i in range(40):
@@ -145,6 +146,9 @@ class EtcdOutages(ClusterEtcdCase):
             except OSError as e:
                 codes.append(errno.errorcode[e.errno])
         self.assertEqual(set(codes), {"EROFS"}, codes)
+        # kvfsctl nodes counts them (all but the one or two that went to etcd to find it gone)
+        refused = c.nodes_json(1)["namespace"]["refused_unreachable"] - refused_before
+        self.assertTrue(38 <= refused <= 40, refused)
         self.assertEqual(self.read(c, 1, "before"), b"b")
         log = c.log(1)
         self.assertLessEqual(log.count("etcd unreachable during a namespace change"), 2, log[-3000:])
