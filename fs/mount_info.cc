@@ -85,7 +85,10 @@ MountState ProbeMount(const std::string& path, std::string* fstype) {
   if (child < 0) return MountState::kAnswering;  // cannot tell: behave as before
   if (child == 0) {
     struct statfs st;
-    _exit(::statfs(path.c_str(), &st) == 0 ? 0 : errno == ENOTCONN ? 1 : 2);
+    // ECONNABORTED: a request that met the abort of a connection whose daemon died.
+    _exit(::statfs(path.c_str(), &st) == 0             ? 0
+          : errno == ENOTCONN || errno == ECONNABORTED ? 1
+                                                       : 2);
   }
   int wstatus = 0;
   for (int waited_ms = 0;; waited_ms += 10) {
