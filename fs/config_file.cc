@@ -190,6 +190,8 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
           if (Status st = CheckEtcdEndpoint(url); !st.ok()) return r.Fail(shown, st.message());
           c.etcd.push_back(url);
         }
+      } else if (key == "etcd_api") {
+        KVFS_ASSIGN_OR_RETURN(c.etcd_api, r.OneOf(shown, value, {"grpc", "json"}));
       } else if (key == "etcd_prefix") {
         KVFS_ASSIGN_OR_RETURN(c.etcd_prefix, r.String(shown, value));
       } else if (key == "etcd_ca" || key == "etcd_cert" || key == "etcd_key") {

@@ -119,6 +119,8 @@ Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
   co.listen_port = listen.port;
   co.advertise = c.advertise;
   co.etcd.endpoints = c.etcd;
+  co.etcd.api = c.etcd_api == "json" ? etcd::ClientOptions::Api::kJsonGateway
+                                     : etcd::ClientOptions::Api::kGrpc;
   co.etcd.tls.ca_file = c.etcd_ca;
   co.etcd.tls.cert_file = c.etcd_cert;
   co.etcd.tls.key_file = c.etcd_key;

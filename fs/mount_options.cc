@@ -147,6 +147,9 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
                  "Cluster mode: etcd endpoints URL[,URL...] (http://HOST:PORT or https://...)");
   app.add_option("--etcd-prefix", cli.cluster.etcd_prefix,
                  "Prefix of every etcd key of this cluster (default /kvfs/)");
+  app.add_option("--etcd-api", cli.cluster.etcd_api,
+                 "How to speak to etcd: grpc (default) or json (its HTTP/1.1 gateway)")
+      ->check(CLI::IsMember({"grpc", "json"}));
   app.add_option("--etcd-ca", cli.cluster.etcd_ca, "CA bundle that verifies etcd (https)");
   app.add_option("--etcd-cert", cli.cluster.etcd_cert, "Client certificate for etcd (PEM)");
   app.add_option("--etcd-key", cli.cluster.etcd_key, "Client key for etcd (PEM)");
@@ -218,6 +221,7 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   if (app.count("--request-timeout")) opts.cluster.request_timeout_ms = request_timeout_ms;
   if (app.count("--advertise")) opts.cluster.advertise = cli.cluster.advertise;
   if (app.count("--etcd-prefix")) opts.cluster.etcd_prefix = cli.cluster.etcd_prefix;
+  if (app.count("--etcd-api")) opts.cluster.etcd_api = cli.cluster.etcd_api;
   if (app.count("--etcd-ca")) opts.cluster.etcd_ca = cli.cluster.etcd_ca;
   if (app.count("--etcd-cert")) opts.cluster.etcd_cert = cli.cluster.etcd_cert;
   if (app.count("--etcd-key")) opts.cluster.etcd_key = cli.cluster.etcd_key;

@@ -21,6 +21,7 @@ struct ClusterSettings {
   std::string advertise;          // HOST:PORT peers are told (default: listen)
   std::vector<std::string> etcd;  // endpoint URLs (http:// or https://)
   std::string etcd_prefix = "/kvfs/";
+  std::string etcd_api = "grpc";             // grpc | json (etcd's v3 JSON gateway, over HTTP/1.1)
   std::string etcd_ca, etcd_cert, etcd_key;  // TLS: CA bundle, client certificate and key
   uint32_t replicas = 2;                     // R: copies of each chunk, the writer's included
   std::string secret_file;                   // the shared secret peers prove (>= 16 bytes)

@@ -10,6 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libibverbs-dev librdmacm-dev
   libssl-dev libcurl4-openssl-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libtoml11-dev
   python3 man-db attr procps psmisc util-linux iproute2 kmod

@@ -1,6 +1,7 @@
-// etcd v3 JSON gateway over libcurl (kvfs/etcd.h). Unary calls reuse a small pool of curl easy
-// handles (each keeps its connection alive); a watch runs on its own handle inside a curl multi
-// handle so that it can be stopped within 100 ms however quiet the stream is.
+// etcd v3 JSON gateway over libcurl (kvfs/etcd.h), and MakeClient for both APIs. Unary calls
+// reuse a small pool of curl easy handles (each keeps its connection alive); a watch runs on its
+// own handle inside a curl multi handle so that it can be stopped within 100 ms however quiet
+// the stream is.
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "etcd_grpc_client.h"
 #include "etcd_json.h"
 #include "kvfs/etcd.h"
 
@@ -330,6 +332,7 @@ Result<std::unique_ptr<Client>> MakeClient(const ClientOptions& options) {
     if (!f->empty() && access(f->c_str(), R_OK) != 0)
       return Status::Error(errno, "etcd TLS: cannot read " + *f);
   }
+  if (options.api == ClientOptions::Api::kGrpc) return MakeGrpcClient(options);
   std::call_once(curl_init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   return std::unique_ptr<Client>(new CurlClient(options));
 }

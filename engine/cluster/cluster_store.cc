@@ -51,6 +51,9 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(std::unique_ptr<ChunkSt
 
 Status ClusterStore::Start() {
   KVFS_ASSIGN_OR_RETURN(etcd_, etcd::MakeClient(options_.etcd));
+  spdlog::info("cluster: etcd at {} through {}", etcd_->endpoint(),
+               options_.etcd.api == etcd::ClientOptions::Api::kGrpc ? "its gRPC API"
+                                                                    : "its v3 JSON gateway");
   KVFS_RETURN_IF_ERROR(LoadHoldings());
   retire_budget_ = local_->Stats().capacity_bytes / kRetireShare;
   ServerOptions so;

@@ -160,6 +160,12 @@ class CatchUp(ClusterEtcdCase):
                    count_names(c.path(1, "seed")) == count, 60, 0.5, what="node 1 has the names")
         return c
 
+    @staticmethod
+    def hold_of_node_2(c) -> bool:
+        """Whether node 2's compaction hold (a key under its lease) is in etcd."""
+        return "kvs" in c.etcd.call("/v3/kv/range", {
+            "key": base64.b64encode(b"/kvfs/s/00002").decode()})
+
     @contextlib.contextmanager
     def publishing(self, c):
         """Node 1 rewrites 20 files in h/ all along: new revisions for compaction to pass."""
@@ -185,16 +191,40 @@ class CatchUp(ClusterEtcdCase):
         # fell behind compaction). With 1 s of history kept and node 1 publishing all along,
         # that revision is compacted away long before a read of 150,000 names ends: the read
         # failed midway (ESTALE) and every retry met the same fate. Now a reading node holds
-        # compaction at its revision (a key under its lease) until its read is done.
+        # compaction at its revision (a key under its lease) until its read is done. Through
+        # etcd's gRPC API the read of 150,000 names takes under a second, less than the history
+        # kept, so node 2 is frozen in its read for 1.5 s (less than its 3 s lease): long
+        # enough for node 1's compaction, once a second, to meet the hold.
         count = 150000
         c = self.seeded_cluster(count)
         seeded_to = c.etcd.revision()
+        started = []
+
+        def start_node_2():
+            try:
+                c.start_node(2)
+                started.append(None)
+            except Exception as e:  # reported by the test thread below
+                started.append(e)
+
         with self.publishing(c):
             # Node 1 compacts about once a second, to what etcd held a second before.
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > seeded_to, 60, 0.2,
                        what="node 1 compacts past the seeded names")
             c.node(2).mount.mount_timeout_s = 90  # it reads 150,000 names before it mounts
-            c.start_node(2)
+            starter = threading.Thread(target=start_node_2)
+            starter.start()
+            wait_until(lambda: self.hold_of_node_2(c), 60, 0.01,
+                       what="node 2 holds compaction for its read")
+            pid = c.node(2).pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                self.assertTrue(starter.is_alive(), "node 2 finished its read before the freeze")
+                time.sleep(1.5)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            starter.join(120)
+            self.assertEqual(started, [None], c.log(2)[-3000:])
             self.assertEqual(count_names(c.path(2, "seed")), count)
             held = re.search(r"compaction held at revision (\d+) while node 2 reads",
                              c.log(1))
@@ -221,8 +251,7 @@ class CatchUp(ClusterEtcdCase):
         c = self.seeded_cluster(count)
 
         def hold_of_node_2():
-            return "kvs" in c.etcd.call("/v3/kv/range", {
-                "key": base64.b64encode(b"/kvfs/s/00002").decode()})
+            return self.hold_of_node_2(c)
 
         started = []
 

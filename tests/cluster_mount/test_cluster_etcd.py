@@ -37,6 +37,32 @@ class ClusterEtcd(ClusterEtcdCase):
                            self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
                            what=f"node {node} shows the winner's {name}")
 
+    def test_a_node_on_the_json_gateway_shares_the_namespace_with_grpc_nodes(self):
+        # Node 3 speaks to etcd through its v3 JSON gateway (--etcd-api json), nodes 1 and 2
+        # through gRPC (the default): one namespace, compares that hold across both.
+        c = self.cluster(n=3, replicas=2, node_args={3: ["--etcd-api", "json"]})
+        self.assertIn("through its v3 JSON gateway", c.log(3))
+        self.assertIn("through its gRPC API", c.log(1))
+        os.mkdir(c.path(1, "g"))
+        c.wait_exists(3, "g", VISIBLE_S)
+        for src, dst in ((1, 3), (3, 1)):
+            rel = f"g/from{src}"
+            c.publish(src, rel, b"data of node %d" % src, tmp_suffix=".tmp")
+            c.wait_exists(dst, rel, VISIBLE_S)
+            self.assertEqual(self.read(c, dst, rel), b"data of node %d" % src)
+        for round_ in range(4):
+            name = f"g/lock{round_}"
+
+            def create(k, i):
+                fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.write(fd, f"node{k}-{i}".encode())
+                os.close(fd)
+            k, i = self.one_winner(name, create)
+            for node in (1, 2, 3):
+                wait_until(lambda: os.path.exists(c.path(node, name)) and
+                           self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
+                           what=f"node {node} shows the winner's {name}")
+
     def test_kvfsctl_nodes_counts_the_namespace_changes_of_its_node(self):
         # Each publish by temp file + rename is two namespace changes of node 1 (the close
         # publishes the temp name, the rename moves it), committed in at most as many etcd

@@ -74,6 +74,7 @@ advertise = "10.0.0.2:7400"
 [cluster]
 etcd = ["http://127.0.0.1:2379", "https://etcd-2.example:2379"]
 etcd_prefix = "/kvfs-a/"
+etcd_api = "json"
 replicas = 1
 secret_file = ")" + secret_ + R"("
 transport = "tcp"
@@ -103,6 +104,7 @@ keep_local_copy = false
   EXPECT_EQ(o.cluster.etcd,
             (std::vector<std::string>{"http://127.0.0.1:2379", "https://etcd-2.example:2379"}));
   EXPECT_EQ(o.cluster.etcd_prefix, "/kvfs-a/");
+  EXPECT_EQ(o.cluster.etcd_api, "json");
   EXPECT_EQ(o.cluster.replicas, 1u);
   EXPECT_EQ(o.cluster.secret_file, secret_);
   EXPECT_EQ(o.cluster.transport, "tcp");
@@ -123,6 +125,7 @@ id = 3
 listen = "127.0.0.2:7400"
 [cluster]
 etcd = ["http://127.0.0.1:2379"]
+etcd_api = "json"
 replicas = 1
 secret_file = ")" + secret_ +
                             R"("
@@ -141,6 +144,8 @@ secret_file = ")" + secret_ +
                   "2",
                   "--transport",
                   "auto",
+                  "--etcd-api",
+                  "grpc",
                   "--request-timeout",
                   "300",
                   "--lease-ttl",
@@ -161,6 +166,7 @@ secret_file = ")" + secret_ +
             (std::vector<std::string>{"http://127.0.0.7:2379", "http://127.0.0.8:2379"}));
   EXPECT_EQ(o.cluster.replicas, 2u);
   EXPECT_EQ(o.cluster.transport, "auto");
+  EXPECT_EQ(o.cluster.etcd_api, "grpc");  // the flag over the file's "json"
   EXPECT_EQ(o.cluster.request_timeout_ms, 300u);
   EXPECT_EQ(o.cluster.lease_ttl_s, 3u);
   EXPECT_EQ(o.cluster.etcd_history_s, 60u);
@@ -194,6 +200,7 @@ TEST_F(ConfigFileTest, BadFilesExitTwoNamingTheKey) {
   ExpectBad("[node]\nid = 1\nlisten = \"127.0.0.2:99999\"\n", "node.listen");
   ExpectBad("[node]\nid = 1\nlisten = \"300.1.1.1:7400\"\n", "node.listen");
   ExpectBad("[cluster]\ntransport = \"udp\"\n", "cluster.transport");
+  ExpectBad("[cluster]\netcd_api = \"http\"\n", "cluster.etcd_api");
   ExpectBad("[cluster]\nreplicas = 0\n", "cluster.replicas");
   // Static peer lists are gone: membership comes from etcd.
   ExpectBad("[[cluster.peers]]\nid = 2\n", "cluster.peers: unknown key");

@@ -102,7 +102,7 @@ Status EtcdServer::StartOnce() {
   const std::string bin = env && *env ? env : "/usr/bin/etcd";
   if (::access(bin.c_str(), X_OK) != 0)
     return Status::Error(ENOENT, bin + " not found: install etcd-server (scripts/install-deps.sh)");
-  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string client = endpoint();
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   std::vector<std::string> args = {bin,
                                    "--name=kvfs-test",
@@ -114,6 +114,16 @@ Status EtcdServer::StartOnce() {
                                    "--initial-cluster=kvfs-test=" + peer,
                                    "--logger=zap",
                                    "--log-level=warn"};
+  if (tls_) {
+    const std::string d = dir_ + "/tls/";
+    for (const char* a : {"--cert-file=server.pem", "--key-file=server.key",
+                          "--trusted-ca-file=ca.pem", "--client-cert-auth"}) {
+      std::string arg = a;
+      const size_t eq = arg.find('=');
+      if (eq != std::string::npos) arg.insert(eq + 1, d);
+      args.push_back(arg);
+    }
+  }
   pid_t pid = ::fork();
   if (pid < 0) return Status::Error(errno, "fork");
   if (pid == 0) {
@@ -131,6 +141,7 @@ Status EtcdServer::StartOnce() {
   pid_ = pid;
   etcd::ClientOptions o;
   o.endpoints = {client};
+  o.tls = client_tls_;
   o.request_timeout = std::chrono::milliseconds(500);
   auto c = etcd::MakeClient(o);
   if (!c.ok()) return c.status();
@@ -196,9 +207,45 @@ std::string EtcdServer::LogTail() const {
   return all.size() > 2000 ? all.substr(all.size() - 2000) : all;
 }
 
+Status EtcdServer::EnableTls() {
+  const std::string d = dir_ + "/tls";
+  std::error_code ec;
+  std::filesystem::create_directories(d, ec);
+  if (ec) return Status::Error(ec.value(), "mkdir " + d);
+  // EC keys: quick to make. etcd's JSON gateway dials etcd itself with the server's
+  // certificate, so with --client-cert-auth that one must allow client authentication too
+  // (without it every gateway request fails with "connection closed").
+  const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const std::string sign = " -CAcreateserial -days 2 -extfile ";
+  std::ofstream(d + "/server.ext")
+      << "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n";
+  std::ofstream(d + "/client.ext") << "extendedKeyUsage=clientAuth\n";
+  const std::string cmd =
+      "cd " + d + " && exec >openssl.log 2>&1 && set -e" + "; openssl req -x509" + key +
+      " -keyout ca.key -out ca.pem -days 2 -subj /CN=kvfs-test-ca" + "; openssl req -x509" + key +
+      " -keyout other.key -out other.pem -days 2 -subj /CN=other" + "; openssl req" + key +
+      " -keyout server.key -out server.csr -subj /CN=127.0.0.1" +
+      "; openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -out server.pem" + sign +
+      "server.ext" + "; openssl req" + key +
+      " -keyout client.key -out client.csr -subj /CN=kvfs-node" +
+      "; openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -out client.pem" + sign +
+      "client.ext";
+  if (std::system(("sh -c '" + cmd + "'").c_str()) != 0) {
+    std::ifstream in(d + "/openssl.log");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return Status::IoError("making test certificates failed: " + ss.str());
+  }
+  tls_ = true;
+  client_tls_ = {d + "/ca.pem", d + "/client.pem", d + "/client.key"};
+  stranger_tls_ = {d + "/other.pem", d + "/other.pem", d + "/other.key"};
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<etcd::Client>> EtcdServer::NewClient() const {
   etcd::ClientOptions o;
   o.endpoints = {endpoint()};
+  o.tls = client_tls_;
   return etcd::MakeClient(o);
 }
 
