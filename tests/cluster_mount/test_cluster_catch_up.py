@@ -161,6 +161,22 @@ class CatchUp(ClusterEtcdCase):
         return c
 
     @staticmethod
+    def start_in_thread(c, k):
+        """Starts node k on a thread of its own (a start waits for the node's whole read);
+        returns the thread and a list that gets None, or the exception, when it ends."""
+        started = []
+
+        def start():
+            try:
+                c.start_node(k)
+                started.append(None)
+            except Exception as e:  # reported by the test thread
+                started.append(e)
+        thread = threading.Thread(target=start)
+        thread.start()
+        return thread, started
+
+    @staticmethod
     def hold_of_node_2(c) -> bool:
         """Whether node 2's compaction hold (a key under its lease) is in etcd."""
         return "kvs" in c.etcd.call("/v3/kv/range", {
@@ -198,22 +214,13 @@ class CatchUp(ClusterEtcdCase):
         count = 150000
         c = self.seeded_cluster(count)
         seeded_to = c.etcd.revision()
-        started = []
-
-        def start_node_2():
-            try:
-                c.start_node(2)
-                started.append(None)
-            except Exception as e:  # reported by the test thread below
-                started.append(e)
 
         with self.publishing(c):
             # Node 1 compacts about once a second, to what etcd held a second before.
             wait_until(lambda: c.nodes_json(1)["compacted_revision"] > seeded_to, 60, 0.2,
                        what="node 1 compacts past the seeded names")
             c.node(2).mount.mount_timeout_s = 90  # it reads 150,000 names before it mounts
-            starter = threading.Thread(target=start_node_2)
-            starter.start()
+            starter, started = self.start_in_thread(c, 2)
             wait_until(lambda: self.hold_of_node_2(c), 60, 0.01,
                        what="node 2 holds compaction for its read")
             pid = c.node(2).pid
@@ -253,19 +260,10 @@ class CatchUp(ClusterEtcdCase):
         def hold_of_node_2():
             return self.hold_of_node_2(c)
 
-        started = []
-
-        def start_node_2():
-            try:
-                c.start_node(2)
-                started.append(None)
-            except Exception as e:  # reported by the test thread below
-                started.append(e)
 
         c.node(2).mount.mount_timeout_s = 120  # the frozen seconds and two reads, on 2 cores
-        starter = threading.Thread(target=start_node_2)
         with self.publishing(c):
-            starter.start()
+            starter, started = self.start_in_thread(c, 2)
             wait_until(hold_of_node_2, 60, 0.01, what="node 2 holds compaction for its read")
             pid = c.node(2).pid
             os.kill(pid, signal.SIGSTOP)

@@ -19,23 +19,26 @@ from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2
 
 
 class ClusterEtcd(ClusterEtcdCase):
+    def o_excl_race(self, c, name):
+        """Two O_EXCL creates of `name` on each of nodes 1-3 at once: one winner, whose bytes
+        every node shows."""
+        def create(k, i):
+            fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.write(fd, f"node{k}-{i}".encode())
+            os.close(fd)
+        k, i = self.one_winner(name, create)
+        for node in (1, 2, 3):
+            wait_until(lambda: os.path.exists(c.path(node, name)) and
+                       self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
+                       what=f"node {node} shows the winner's {name}")
+
     def test_o_excl_race_across_nodes_has_one_winner(self):
         c = self.cluster(n=3, replicas=2)
         os.mkdir(c.path(1, "x"))
         for k in (2, 3):
             c.wait_exists(k, "x", VISIBLE_S)
         for round_ in range(8):
-            name = f"x/lock{round_}"
-
-            def create(k, i):
-                fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                os.write(fd, f"node{k}-{i}".encode())
-                os.close(fd)
-            k, i = self.one_winner(name, create)
-            for node in (1, 2, 3):
-                wait_until(lambda: os.path.exists(c.path(node, name)) and
-                           self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
-                           what=f"node {node} shows the winner's {name}")
+            self.o_excl_race(c, f"x/lock{round_}")
 
     def test_a_node_on_the_json_gateway_shares_the_namespace_with_grpc_nodes(self):
         # Node 3 speaks to etcd through its v3 JSON gateway (--etcd-api json), nodes 1 and 2
@@ -51,17 +54,7 @@ class ClusterEtcd(ClusterEtcdCase):
             c.wait_exists(dst, rel, VISIBLE_S)
             self.assertEqual(self.read(c, dst, rel), b"data of node %d" % src)
         for round_ in range(4):
-            name = f"g/lock{round_}"
-
-            def create(k, i):
-                fd = os.open(c.path(k, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                os.write(fd, f"node{k}-{i}".encode())
-                os.close(fd)
-            k, i = self.one_winner(name, create)
-            for node in (1, 2, 3):
-                wait_until(lambda: os.path.exists(c.path(node, name)) and
-                           self.read(c, node, name) == f"node{k}-{i}".encode(), VISIBLE_S,
-                           what=f"node {node} shows the winner's {name}")
+            self.o_excl_race(c, f"g/lock{round_}")
 
     def test_kvfsctl_nodes_counts_the_namespace_changes_of_its_node(self):
         # Each publish by temp file + rename is two namespace changes of node 1 (the close
