@@ -60,13 +60,6 @@ class CurlClient final : public Client {
     return json::DecodeTxn(body);
   }
 
-  Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease) override {
-    TxnRequest txn;
-    txn.success.push_back({TxnOp::Kind::kPut, key, value, "", lease, 0});
-    KVFS_ASSIGN_OR_RETURN(TxnResponse r, Txn(txn));
-    return r.revision;
-  }
-
   Result<int64_t> LeaseGrant(int64_t ttl_seconds) override {
     KVFS_ASSIGN_OR_RETURN(std::string body,
                           Call("/v3/lease/grant", json::EncodeLeaseGrant(ttl_seconds)));
@@ -289,6 +282,13 @@ Status CurlClient::Watch(const WatchRequest& req,
 }
 
 }  // namespace
+
+Result<int64_t> Client::Put(const std::string& key, const std::string& value, int64_t lease) {
+  TxnRequest txn;
+  txn.success.push_back({TxnOp::Kind::kPut, key, value, "", lease, 0});
+  KVFS_ASSIGN_OR_RETURN(TxnResponse r, Txn(txn));
+  return r.revision;
+}
 
 std::string PrefixEnd(const std::string& prefix) {
   std::string end = prefix;

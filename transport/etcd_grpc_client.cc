@@ -259,13 +259,6 @@ class GrpcClient final : public Client {
     return r;
   }
 
-  Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease) override {
-    TxnRequest txn;
-    txn.success.push_back({TxnOp::Kind::kPut, key, value, "", lease, 0});
-    KVFS_ASSIGN_OR_RETURN(TxnResponse r, Txn(txn));
-    return r.revision;
-  }
-
   Result<int64_t> LeaseGrant(int64_t ttl_seconds) override {
     pb::LeaseGrantRequest req;
     req.set_ttl(ttl_seconds);

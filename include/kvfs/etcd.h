@@ -139,9 +139,8 @@ class Client {
   virtual ~Client() = default;
   virtual Result<RangeResponse> Range(const RangeRequest& req) = 0;
   virtual Result<TxnResponse> Txn(const TxnRequest& req) = 0;
-  // Puts one key (a transaction without compares); returns the new revision.
-  virtual Result<int64_t> Put(const std::string& key, const std::string& value,
-                              int64_t lease = 0) = 0;
+  // Puts one key (a transaction without compares, through Txn); returns the new revision.
+  virtual Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);
   virtual Result<int64_t> LeaseGrant(int64_t ttl_seconds) = 0;  // the lease id
   // One keep-alive; returns the lease's TTL in seconds. ENOENT when it expired.
   virtual Result<int64_t> LeaseKeepAlive(int64_t lease) = 0;

@@ -116,13 +116,8 @@ Status EtcdServer::StartOnce() {
                                    "--log-level=warn"};
   if (tls_) {
     const std::string d = dir_ + "/tls/";
-    for (const char* a : {"--cert-file=server.pem", "--key-file=server.key",
-                          "--trusted-ca-file=ca.pem", "--client-cert-auth"}) {
-      std::string arg = a;
-      const size_t eq = arg.find('=');
-      if (eq != std::string::npos) arg.insert(eq + 1, d);
-      args.push_back(arg);
-    }
+    args.insert(args.end(), {"--cert-file=" + d + "server.pem", "--key-file=" + d + "server.key",
+                             "--trusted-ca-file=" + d + "ca.pem", "--client-cert-auth"});
   }
   pid_t pid = ::fork();
   if (pid < 0) return Status::Error(errno, "fork");
