@@ -226,6 +226,16 @@ class GrpcClient final : public Client {
       e.lease = pb::Lease::NewStub(e.channel);
       endpoints_.push_back(std::move(e));
     }
+    reconnector_ = std::thread([this] { Reconnect(); });
+  }
+
+  ~GrpcClient() override {
+    {
+      std::lock_guard lock(reconnect_mu_);
+      closing_ = true;
+    }
+    reconnect_cv_.notify_all();
+    reconnector_.join();
   }
 
   Result<RangeResponse> Range(const RangeRequest& req) override {
@@ -348,10 +358,10 @@ class GrpcClient final : public Client {
     return last;
   }
 
-  // Waits, within the connect timeout, for the endpoint's connection. Synchronous gRPC makes
-  // progress on a connection only while some call waits on the channel (otherwise only its
-  // backup poller, every 5 s): a call that failed fast while etcd was starting left the next
-  // attempt's handshake unread until it timed out, and the client never got back to etcd.
+  // Waits, within the connect timeout, for the endpoint's connection attempt, and fails at
+  // once on an endpoint whose last attempt failed (gRPC keeps such a channel in
+  // TRANSIENT_FAILURE while it tries again after its backoff): a down etcd, or a dead one of
+  // several endpoints, costs a refused connection per call, not the connect timeout.
   Status Connected(Endpoint& e, std::chrono::system_clock::time_point deadline) {
     const auto until =
         std::min(deadline, std::chrono::system_clock::now() +
@@ -359,15 +369,45 @@ class GrpcClient final : public Client {
     for (;;) {
       const grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
       if (state == GRPC_CHANNEL_READY) return Status::Ok();
-      if (!e.channel->WaitForStateChange(state, until))
-        return Status::Error(state == GRPC_CHANNEL_TRANSIENT_FAILURE ? ECONNREFUSED : ETIMEDOUT,
-                             "etcd " + e.url + ": cannot connect");
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN)
+        return Status::Error(ECONNREFUSED, "etcd " + e.url + ": cannot connect");
+      if (!e.channel->WaitForStateChange(state, until)) {
+        reconnect_cv_.notify_all();  // the reconnector goes on waiting on the attempt
+        return Status::Error(ETIMEDOUT, "etcd " + e.url + ": cannot connect");
+      }
+    }
+  }
+
+  // Synchronous gRPC makes progress on a connection only while some thread waits on its
+  // channel (otherwise only through its backup poller, every 5 s): without this thread a
+  // client whose calls failed while etcd was down would read the handshake of its next
+  // attempt seconds late, and never get back to etcd in time. It waits on every channel that
+  // is connecting or backing off, and sleeps while none is.
+  void Reconnect() {
+    std::unique_lock lock(reconnect_mu_);
+    while (!closing_) {
+      bool waited = false;
+      for (Endpoint& e : endpoints_) {
+        const grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/false);
+        if (state != GRPC_CHANNEL_CONNECTING && state != GRPC_CHANNEL_TRANSIENT_FAILURE) continue;
+        lock.unlock();
+        (void)e.channel->WaitForStateChange(
+            state, std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+        lock.lock();
+        waited = true;
+        if (closing_) return;
+      }
+      if (!waited) reconnect_cv_.wait_for(lock, std::chrono::milliseconds(100));
     }
   }
 
   const ClientOptions options_;
   std::vector<Endpoint> endpoints_;
   std::atomic<size_t> current_{0};
+  std::mutex reconnect_mu_;
+  std::condition_variable reconnect_cv_;
+  bool closing_ = false;
+  std::thread reconnector_;  // Reconnect(): started last, joined first
 };
 
 Status GrpcClient::Watch(const WatchRequest& req,

@@ -30,12 +30,13 @@ class EtcdClientTest : public ::testing::TestWithParam<ClientOptions::Api> {
     ASSERT_TRUE(st.ok()) << st.ToString();
     client_ = NewClient({server_.endpoint()});
   }
-  std::unique_ptr<Client> NewClient(std::vector<std::string> endpoints) {
+  std::unique_ptr<Client> NewClient(std::vector<std::string> endpoints,
+                                    std::chrono::milliseconds connect_timeout = 500ms) {
     ClientOptions o;
     o.api = GetParam();
     o.endpoints = std::move(endpoints);
-    o.request_timeout = 2000ms;
-    o.connect_timeout = 500ms;
+    o.request_timeout = std::max<std::chrono::milliseconds>(2000ms, connect_timeout);
+    o.connect_timeout = connect_timeout;
     auto c = MakeClient(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
@@ -329,6 +330,43 @@ TEST_P(EtcdClientTest, ARestartedEtcdIsFoundAgainWithinSeconds) {
   } while (!st.ok() && std::chrono::steady_clock::now() - t0 < 10s);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+// A down etcd is a refused connection on loopback: calls say so at once instead of each
+// waiting out the connect timeout (made long here so that waiting it out cannot pass), and a
+// node finds etcd again by itself once it is back.
+TEST_P(EtcdClientTest, CallsToADownEtcdFailAtOnceAndFindItAgain) {
+  std::unique_ptr<Client> client = NewClient({server_.endpoint()}, 20s);
+  ASSERT_TRUE(client->Put("d", "1").ok());
+  server_.Kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    Status st = client->Put("d", "2").status();
+    EXPECT_TRUE(IsUnreachable(st)) << st.ToString();
+    std::this_thread::sleep_for(50ms);
+  }
+  // Five calls that each waited for the connect timeout would take 100 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  ASSERT_TRUE(server_.Start().ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  Status st;
+  do {
+    st = client->Put("d", "3").status();
+    if (!st.ok()) std::this_thread::sleep_for(50ms);
+  } while (!st.ok() && std::chrono::steady_clock::now() - t1 < 15s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// The first of two endpoints is down: the call goes on to the second without waiting out the
+// connect timeout on the first.
+TEST_P(EtcdClientTest, ADeadFirstEndpointIsPassedWithoutWaitingTheConnectTimeout) {
+  const std::string dead = "http://127.0.0.1:" + std::to_string(kvfs::testing::FreeLoopbackPort());
+  std::unique_ptr<Client> client = NewClient({dead, server_.endpoint()}, 20s);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = client->Put("f", "1").status();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_EQ(client->endpoint(), server_.endpoint());
 }
 
 TEST_P(EtcdClientTest, AQuietWatchStopsWhenAsked) {
