@@ -459,6 +459,14 @@ class Namespace {
     ResetOrigin origin;
   };
   std::unordered_map<ObjectId, std::vector<ResetBehind>> resets_behind_;
+  // Resets whose record names a directory this node's tree does not have, by that directory:
+  // it left the tree with a refused change of this node and comes back with its own reset,
+  // which may come later (resets come in id order, and another node's child has a lower id
+  // than this node's directory), or with a remote record. AdoptParkedLocked moves them to
+  // resets_ready_ when it is back; RunReadyResets runs them once mu_ is released.
+  std::unordered_map<ObjectId, std::vector<ResetBehind>> resets_behind_dir_;
+  std::vector<ResetBehind> resets_ready_;
+  void RunReadyResets();  // mu_ not held
   // Resets to "gone" of objects etcd never held that a writer had open (RestoreStoreRecord):
   // the writer's close publishes them. Run at its last close if it made no change of them.
   std::unordered_map<ObjectId, ResetOrigin> resets_behind_writer_;

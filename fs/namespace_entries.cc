@@ -178,6 +178,7 @@ Status Namespace::RemoveEntry(uint64_t parent, std::string_view name, bool want_
     if (!batch.removes.empty() || !batch.puts.empty()) ticket = TakeTicket(batch);
   }
   Announce(freed);
+  RunReadyResets();  // a record that waited for the name may have brought a directory back
   if (batch.removes.empty() && batch.puts.empty()) return Status::Ok();
   return ApplyInOrder(ticket, batch);
 }
@@ -274,6 +275,7 @@ Status Namespace::RenameOnce(uint64_t parent, std::string_view name, uint64_t ne
     if (!batch.puts.empty() || !batch.removes.empty()) ticket = TakeTicket(batch);
   }
   Announce(freed);
+  RunReadyResets();  // as in RemoveEntry
   if (batch.puts.empty() && batch.removes.empty()) return Status::Ok();
   return ApplyInOrder(ticket, batch);
 }

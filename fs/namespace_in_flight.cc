@@ -107,6 +107,7 @@ void Namespace::EndInFlight(uint64_t seq, bool refused) {
   // give the names back that its own reset does not.
   for (const ResetBehind& r : again)
     RestoreStoreRecord(r.id, r.record ? &*r.record : nullptr, r.origin);
+  RunReadyResets();  // a record that waited for a name may have brought a directory back
 }
 
 void Namespace::ForgetRefusedInKernel(const MetaBatch& batch) {

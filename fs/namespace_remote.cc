@@ -178,6 +178,10 @@ void Namespace::RemotePutLocked(const ObjectRecord& rec, Stale& stale) {
 
 void Namespace::AdoptParkedLocked(Inode* in, Stale& stale) {
   if (!in->dir || !in->linked) return;
+  if (auto behind = resets_behind_dir_.find(in->rec.id); behind != resets_behind_dir_.end()) {
+    for (ResetBehind& r : behind->second) resets_ready_.push_back(std::move(r));
+    resets_behind_dir_.erase(behind);
+  }
   auto waiting = remote_orphans_.find(in->rec.id);
   if (waiting == remote_orphans_.end()) return;
   std::vector<ObjectRecord> children = std::move(waiting->second);
@@ -189,6 +193,7 @@ void Namespace::RemoteRemoveLocked(ObjectId id, Stale& stale) {
   deferred_claims_.erase(id);
   for (auto& [dir_id, waiting] : remote_orphans_)
     std::erase_if(waiting, [&](const ObjectRecord& r) { return r.id == id; });
+  resets_behind_dir_.erase(id);  // nothing comes back into it
   Inode* in = Find(id);
   if (!in || id == kRootId) return;
   spdlog::debug("namespace: remote removal of {:x}", id);
@@ -258,6 +263,17 @@ void Namespace::ApplyRemoteChanges(const std::vector<ObjectRecord>& puts,
                       .count());
   }
   Announce(stale);
+  RunReadyResets();
+}
+
+void Namespace::RunReadyResets() {
+  std::vector<ResetBehind> ready;
+  {
+    std::lock_guard lock(mu_);
+    ready.swap(resets_ready_);
+  }
+  for (const ResetBehind& r : ready)
+    RestoreStoreRecord(r.id, r.record ? &*r.record : nullptr, r.origin);
 }
 
 void Namespace::Announce(const Stale& stale) {

@@ -59,6 +59,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       }
     }
     if (!record) {
+      resets_behind_dir_.erase(id);  // nothing comes back into it
       // Nothing durable: the object leaves the tree (a new file whose publish failed, a new
       // directory, a rename target that was never made).
       if (!in) return;
@@ -93,6 +94,15 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
       // The kernel may hold the attributes of the refused change (a stat from another thread
       // while it waited on etcd): it keeps them for kStableTimeout unless told.
       attrs_changed = !SameAttrs(in->rec, *record);
+      // A name in a directory that is not in the tree (it left with a refused change of this
+      // node, and its own reset comes later) is given when the directory is back.
+      for (const kvfs::Link& l : names) {
+        if (Find(l.parent)) continue;
+        spdlog::debug("namespace: reset of {:x} (change {}) waits for directory {:x}", id,
+                      origin.seq, l.parent);
+        resets_behind_dir_[l.parent].push_back({id, *record, origin});
+        break;
+      }
       // Whatever occupies a durable name moves aside: it gets its own call, or was never durable.
       auto move_aside = [&](Inode* dir, const std::string& name) {
         Inode* occupant = Child(dir, name);
@@ -115,6 +125,7 @@ void Namespace::RestoreStoreRecord(ObjectId id, const ObjectRecord* record, Rese
               origin.seq);
   Announce(stale);
   if (sink_ && (data_changed || attrs_changed)) sink_->InvalidateInode(id, data_changed);
+  RunReadyResets();
 }
 
 }  // namespace kvfs::fs

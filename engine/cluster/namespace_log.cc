@@ -24,7 +24,7 @@ Compare ModIs(const std::string& key, int64_t rev) {
 
 // For debug lines: what a batch puts, removes and names, with the revisions it is based on.
 std::string Describe(const MetaBatch& batch) {
-  std::string what;
+  std::string what = " (change " + std::to_string(batch.seq) + ")";
   for (const auto& put : batch.puts)
     what += " put " + Hex16(put.id) + "@" + std::to_string(put.revision);
   for (size_t i = 0; i < batch.removes.size(); ++i)

@@ -338,5 +338,37 @@ TEST_F(TwoRenamesTest, AResetThatGaveWayToAChangeThenCommittedStaysSkipped) {
   EXPECT_EQ(AtF4(), kP);
 }
 
+// Another node's directory C inside directory P; while etcd is unreachable this node moves C
+// out of P and removes P, both refused. The watch thread's pass once etcd answers resets the
+// objects in id order, and C's id (another node's) is below P's: C's reset meets no P in the
+// tree (erased with its last name), and P comes back afterwards, made again from its record.
+// C must come back inside it. Before, C's reset found no directory for its name, C left the
+// tree, and P came back empty, on this node only (the stress run, seed 501).
+TEST(NamespaceRemoteTest, AResetIntoADirectoryResetAfterItFindsItsDirectory) {
+  ConflictingSharedStore store;
+  Namespace ns(&store, nullptr);
+  store.ns = &ns;
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kP = (9ull << 48) | 60, kC = (8ull << 48) | 61;
+  const ObjectRecord p = RemoteRecord(kP, kRootId, "p", ObjectType::kDirectory, 10);
+  const ObjectRecord c = RemoteRecord(kC, kP, "c", ObjectType::kDirectory, 11);
+  ns.ApplyRemoteChanges({p}, {});
+  ns.ApplyRemoteChanges({c}, {});
+  store.unreachable = true;
+  store.refusals = 2;
+  EXPECT_EQ(ns.Rename(kP, "c", kRootId, "c", 0).err(), EROFS);  // seq 1
+  EXPECT_EQ(ns.Rmdir(kRootId, "p").err(), EROFS);               // seq 2
+  EXPECT_EQ(store.refused, 2);
+  ns.RestoreStoreRecord(kC, &c, {/*as_of=*/20, /*seq=*/1});
+  ns.RestoreStoreRecord(kP, &p, {/*as_of=*/20, /*seq=*/2});
+  auto back = ns.Lookup(kRootId, "p");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->attr.st_ino, kP);
+  auto child = ns.Lookup(kP, "c");
+  ASSERT_TRUE(child.ok()) << "c left the tree: " << child.status().ToString();
+  EXPECT_EQ(child->attr.st_ino, kC);
+  EXPECT_EQ(ns.Lookup(kRootId, "c").status().err(), ENOENT);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
