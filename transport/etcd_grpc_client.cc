@@ -369,13 +369,22 @@ class GrpcClient final : public Client {
     for (;;) {
       const grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
       if (state == GRPC_CHANNEL_READY) return Status::Ok();
-      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN)
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+        WakeReconnector();  // it waits on the channel's next attempt
         return Status::Error(ECONNREFUSED, "etcd " + e.url + ": cannot connect");
+      }
       if (!e.channel->WaitForStateChange(state, until)) {
-        reconnect_cv_.notify_all();  // the reconnector goes on waiting on the attempt
+        WakeReconnector();  // it goes on waiting on the attempt
         return Status::Error(ETIMEDOUT, "etcd " + e.url + ": cannot connect");
       }
     }
+  }
+
+  void WakeReconnector() {
+    // Taken and released: the reconnector is then waiting (and woken) or has yet to look at
+    // the channels' states (and sees this one's).
+    { std::lock_guard lock(reconnect_mu_); }
+    reconnect_cv_.notify_all();
   }
 
   // Synchronous gRPC makes progress on a connection only while some thread waits on its
@@ -397,7 +406,8 @@ class GrpcClient final : public Client {
         waited = true;
         if (closing_) return;
       }
-      if (!waited) reconnect_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      // A call that finds a channel failing wakes it; the timeout is only a backstop.
+      if (!waited) reconnect_cv_.wait_for(lock, std::chrono::seconds(1));
     }
   }
 
