@@ -370,5 +370,35 @@ TEST(NamespaceRemoteTest, AResetIntoADirectoryResetAfterItFindsItsDirectory) {
   EXPECT_EQ(ns.Lookup(kRootId, "c").status().err(), ENOENT);
 }
 
+// The same two levels down: C in P in G, C moved out, P and G removed, all refused; resets in
+// id order C, P, G. C waits for P, P for G; G's reset brings P back, and P's brings C.
+TEST(NamespaceRemoteTest, ResetsWaitingForDirectoriesTwoLevelsDownComeBackInOrder) {
+  ConflictingSharedStore store;
+  Namespace ns(&store, nullptr);
+  store.ns = &ns;
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kC = (7ull << 48) | 1, kP = (8ull << 48) | 2, kG = (9ull << 48) | 3;
+  const ObjectRecord g = RemoteRecord(kG, kRootId, "g", ObjectType::kDirectory, 10);
+  const ObjectRecord p = RemoteRecord(kP, kG, "p", ObjectType::kDirectory, 11);
+  const ObjectRecord c = RemoteRecord(kC, kP, "c", ObjectType::kDirectory, 12);
+  for (const ObjectRecord& r : {g, p, c}) ns.ApplyRemoteChanges({r}, {});
+  store.unreachable = true;
+  store.refusals = 3;
+  EXPECT_EQ(ns.Rename(kP, "c", kRootId, "c", 0).err(), EROFS);  // seq 1
+  EXPECT_EQ(ns.Rmdir(kG, "p").err(), EROFS);                    // seq 2
+  EXPECT_EQ(ns.Rmdir(kRootId, "g").err(), EROFS);               // seq 3
+  ns.RestoreStoreRecord(kC, &c, {/*as_of=*/20, /*seq=*/1});
+  ns.RestoreStoreRecord(kP, &p, {/*as_of=*/20, /*seq=*/2});
+  ns.RestoreStoreRecord(kG, &g, {/*as_of=*/20, /*seq=*/3});
+  auto at_g = ns.Lookup(kRootId, "g");
+  ASSERT_TRUE(at_g.ok()) << at_g.status().ToString();
+  auto at_p = ns.Lookup(kG, "p");
+  ASSERT_TRUE(at_p.ok()) << "p left the tree: " << at_p.status().ToString();
+  auto at_c = ns.Lookup(kP, "c");
+  ASSERT_TRUE(at_c.ok()) << "c left the tree: " << at_c.status().ToString();
+  EXPECT_EQ(at_c->attr.st_ino, kC);
+  EXPECT_EQ(ns.Lookup(kRootId, "c").status().err(), ENOENT);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
