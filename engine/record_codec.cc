@@ -1,5 +1,7 @@
 #include "record_codec.h"
 
+#include <spdlog/fmt/fmt.h>
+
 namespace kvfs {
 namespace {
 
@@ -152,6 +154,18 @@ Status RecordCodec::DecodeBatch(const std::string& payload, DecodedBatch* out) {
   for (auto& id : out->removes) id = r.U64();
   if (!r.ok() || r.remaining() != 0) return Status::Corruption("malformed batch");
   return Status::Ok();
+}
+
+std::string DescribeBatch(const MetaBatch& batch) {
+  std::string what = fmt::format(" (change {})", batch.seq);
+  for (const ObjectRecord& put : batch.puts)
+    what += fmt::format(" put {:016x}@{}", put.id, put.revision);
+  for (size_t i = 0; i < batch.removes.size(); ++i)
+    what += fmt::format(" remove {:016x}@{}", batch.removes[i],
+                        i < batch.remove_revisions.size() ? batch.remove_revisions[i] : 0);
+  for (const NameChange& c : batch.names)
+    what += fmt::format(" name {}/{} {:016x}->{:016x}", c.parent, c.name, c.from, c.to);
+  return what;
 }
 
 }  // namespace kvfs

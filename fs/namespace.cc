@@ -293,15 +293,8 @@ Status Namespace::ApplyInOrder(uint64_t ticket, const MetaBatch& batch) {
     if (shared_) {
       // Which change, for the debug log of a node that ends up apart from the others: a
       // refusal for etcd being unreachable is not described by the store (it never built it).
-      if (spdlog::should_log(spdlog::level::debug)) {
-        std::string what;
-        for (const ObjectRecord& put : batch.puts) what += fmt::format(" put {:x}", put.id);
-        for (ObjectId id : batch.removes) what += fmt::format(" remove {:x}", id);
-        for (const NameChange& c : batch.names)
-          what += fmt::format(" name {:x}/{} {:x}->{:x}", c.parent, c.name, c.from, c.to);
-        spdlog::debug("namespace: change {} refused ({}):{}", batch.seq, done.status().ToString(),
-                      what);
-      }
+      if (spdlog::should_log(spdlog::level::debug))
+        spdlog::debug("namespace: refused ({}):{}", done.status().ToString(), DescribeBatch(batch));
       EndInFlight(batch.seq, /*refused=*/true);
       ForgetRefusedInKernel(batch);
     }

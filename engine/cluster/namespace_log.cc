@@ -22,20 +22,6 @@ Compare ModIs(const std::string& key, int64_t rev) {
   return {key, "", Compare::Target::kModRevision, Compare::Op::kEqual, rev, ""};
 }
 
-// For debug lines: what a batch puts, removes and names, with the revisions it is based on.
-std::string Describe(const MetaBatch& batch) {
-  std::string what = " (change " + std::to_string(batch.seq) + ")";
-  for (const auto& put : batch.puts)
-    what += " put " + Hex16(put.id) + "@" + std::to_string(put.revision);
-  for (size_t i = 0; i < batch.removes.size(); ++i)
-    what += " remove " + Hex16(batch.removes[i]) + "@" +
-            std::to_string(i < batch.remove_revisions.size() ? batch.remove_revisions[i] : 0);
-  for (const NameChange& c : batch.names)
-    what += " name " + std::to_string(c.parent) + "/" + c.name + " " + Hex16(c.from) + "->" +
-            Hex16(c.to);
-  return what;
-}
-
 size_t OpCount(const etcd::TxnRequest& t) { return std::max(t.compare.size(), t.success.size()); }
 
 // Two batches of one group checking the same thing (that their directory still exists) send
@@ -310,7 +296,7 @@ uint64_t NamespaceLog::Rebase(ObjectId id, uint64_t rev) const {
 
 void NamespaceLog::RecordCommit(const MetaBatch& batch, int64_t revision) {
   if (spdlog::should_log(spdlog::level::debug))
-    spdlog::debug("namespace log: committed at revision {}:{}", revision, Describe(batch));
+    spdlog::debug("namespace log: committed at revision {}:{}", revision, DescribeBatch(batch));
   const auto now = std::chrono::steady_clock::now();
   auto note = [&](ObjectId id, uint64_t given) {
     rebase_[id][Rebase(id, given)] = static_cast<uint64_t>(revision);
@@ -473,7 +459,7 @@ void NamespaceLog::CommitOne(Pending& p) {
       ++counters_.conflicts;
     }
     if (spdlog::should_log(spdlog::level::debug))
-      spdlog::debug("namespace log: refused at revision {}:{}", r->revision, Describe(batch));
+      spdlog::debug("namespace log: refused at revision {}:{}", r->revision, DescribeBatch(batch));
     ResetWork work;
     work.Add(batch);
     if (!ResetTo(work, seen)) return Finish(p, ResetUnanswered(), 0);

@@ -52,6 +52,10 @@ struct MetaBatch {
   uint64_t seq = 0;
 };
 
+// For debug lines: the batch's change number, what it puts and removes (with the revisions
+// they are based on) and the names it moves (engine/record_codec.cc).
+std::string DescribeBatch(const MetaBatch& batch);
+
 // Where a shared store's reset of an object comes from (StoreListener::OnRolledBack): the
 // revision it read the object at, and the newest change of this node (MetaBatch::seq) whose
 // refusal it answers. Zeros: a local store's rollback, forced as given.
