@@ -36,6 +36,8 @@ Status LocalEngineImpl::Validate(const MetaBatch& batch) const {
     for (const Link& l : rec.extra_links) {
       if (l.name.size() > 4096) return Status::Invalid("link name too long");
     }
+    // What the decoder would refuse at the next start must not reach the journal.
+    if (!ValidXattrs(rec.xattrs())) return Status::Invalid("malformed xattrs");
     if (!rec.layout) continue;
     if (rec.type != ObjectType::kFile) return Status::Invalid("only files have a layout");
     if (!ctx_->space().Owns(rec.layout)) {

@@ -11,6 +11,10 @@ constexpr uint32_t kMaxSegments = 1u << 24;
 // without them keep the original encoding, so older records decode and older readers still
 // read the records of plain files.
 constexpr uint8_t kHasExtensions = 0x80;
+// Set in the type byte when the record ends with its user xattrs (after the extensions, when
+// it has those): u16 count, then (name, value) strings. Same reasoning: records without
+// xattrs keep the encoding older readers know.
+constexpr uint8_t kHasXattrs = 0x40;
 
 bool HasExtensions(const ObjectRecord& rec) { return rec.rdev() != 0 || !rec.extra_links.empty(); }
 
@@ -32,7 +36,9 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
   w.U64(rec.parent);
   w.Str(rec.name);
   const bool extended = HasExtensions(rec);
-  w.U8(static_cast<uint8_t>(rec.type) | (extended ? kHasExtensions : 0));
+  const bool xattrs = !rec.xattrs().empty();
+  w.U8(static_cast<uint8_t>(rec.type) | (extended ? kHasExtensions : 0) |
+       (xattrs ? kHasXattrs : 0));
   w.U32(rec.mode);
   w.U32(rec.uid);
   w.U32(rec.gid);
@@ -62,12 +68,19 @@ void RecordCodec::EncodeRecord(const ObjectRecord& rec, ByteWriter& w) {
       w.U64(s.checksum);
     }
   }
-  if (!extended) return;
-  w.U64(rec.rdev());
-  w.U32(static_cast<uint32_t>(rec.extra_links.size()));
-  for (const Link& l : rec.extra_links) {
-    w.U64(l.parent);
-    w.Str(l.name);
+  if (extended) {
+    w.U64(rec.rdev());
+    w.U32(static_cast<uint32_t>(rec.extra_links.size()));
+    for (const Link& l : rec.extra_links) {
+      w.U64(l.parent);
+      w.Str(l.name);
+    }
+  }
+  if (!xattrs) return;
+  w.U16(static_cast<uint16_t>(rec.xattrs().size()));
+  for (const Xattr& x : rec.xattrs()) {
+    w.Str(x.name);
+    w.Str(x.value);
   }
 }
 
@@ -77,7 +90,7 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
   rec.parent = r.U64();
   rec.name = r.Str(kMaxName);
   const uint8_t type_byte = r.U8();
-  const uint8_t type = type_byte & ~kHasExtensions;
+  const uint8_t type = type_byte & ~(kHasExtensions | kHasXattrs);
   if (type < 1 || type > kMaxObjectType) return false;
   rec.type = static_cast<ObjectType>(type);
   rec.mode = static_cast<uint16_t>(r.U32() & 07777);
@@ -126,6 +139,18 @@ bool RecordCodec::DecodeRecord(ByteReader& r, DecodedRecord* out) {
       l.parent = r.U64();
       l.name = r.Str(kMaxName);
     }
+  }
+  if (type_byte & kHasXattrs) {
+    const uint16_t n = r.U16();
+    // Each takes at least 8 bytes (two lengths); an empty list is never written.
+    if (n == 0 || n > r.remaining() / 8) return false;
+    std::vector<Xattr> list(n);
+    for (Xattr& x : list) {
+      x.name = r.Str(kXattrNameMax);
+      x.value = r.Str(kMaxXattrBytes);
+    }
+    if (!r.ok() || !ValidXattrs(list)) return false;
+    rec.set_xattrs(std::move(list));
   }
   return r.ok();
 }

@@ -334,9 +334,10 @@ void OnStatfs(fuse_req_t req, fuse_ino_t) {
 constexpr int kEvictBusyTries = 100;  // 10 ms apart
 
 // The bounded cache's controls: user.kvfs.pin = "1" | "0", user.kvfs.evict (any value),
-// user.kvfs.parent = the chunk this one extends (namespace_parent.cc).
+// user.kvfs.parent = the chunk this one extends (namespace_parent.cc). Other "user." names are
+// the file's own xattrs (namespace_xattr.cc); other namespaces are not kept (ENOTSUP).
 void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
-                int) {
+                int flags) {
   FsContext& c = Ctx(req);
   if (Control::Owns(ino)) return Err(req, ENOTSUP);
   const std::string_view v(value, size);
@@ -359,14 +360,28 @@ void OnSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
   if (std::strcmp(name, "user.kvfs.parent") == 0) {
     return ReplyStatus(req, c.ns->SetPrefixParent(ino, v));
   }
-  fuse_reply_err(req, ENOTSUP);
+  ReplyStatus(req, c.ns->SetXattr(ino, name, v, flags));
 }
 
-void OnRemovexattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, ENOTSUP); }
+void OnRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  if (Control::Owns(ino)) return Err(req, ENOTSUP);
+  ReplyStatus(req, Ctx(req).ns->RemoveXattr(ino, name));
+}
+
+// A reply to getxattr or listxattr: the size alone when asked with size 0.
+void ReplyXattr(fuse_req_t req, const Result<std::string>& value, size_t size) {
+  if (!value.ok()) return ReplyStatus(req, value.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, value->size());
+  if (size < value->size()) return Err(req, ERANGE);
+  fuse_reply_buf(req, value->data(), value->size());
+}
 
 void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   // The kernel asks for security.capability on writes: answer without touching any lock.
-  if (std::strncmp(name, "user.kvfs.", 10) != 0 || Control::Owns(ino)) return Err(req, ENODATA);
+  if (std::strncmp(name, "user.", 5) != 0 || Control::Owns(ino)) return Err(req, ENODATA);
+  if (std::strncmp(name, "user.kvfs.", 10) != 0) {
+    return ReplyXattr(req, Ctx(req).ns->GetXattr(ino, name), size);
+  }
   Result<std::string> value = std::string();
   if (std::strcmp(name, "user.kvfs.pin") == 0) {
     auto rec = Ctx(req).ns->Record(ino);
@@ -377,19 +392,16 @@ void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   } else {
     value = Ctx(req).control->GetXattr(ino, name);
   }
-  if (!value.ok()) return ReplyStatus(req, value.status());
-  if (size == 0) return (void)fuse_reply_xattr(req, value->size());
-  if (size < value->size()) return Err(req, ERANGE);
-  fuse_reply_buf(req, value->data(), value->size());
+  ReplyXattr(req, value, size);
 }
 
-// No names: the user.kvfs.* attributes are computed status, not data of the file. Listed, they
-// were copied by `cp -a`, `tar --xattrs` and `rsync -X` onto the copies (another filesystem's
-// files carrying this mount's stale location and stat JSON), as CephFS found with its virtual
-// xattrs. getxattr answers them by name (kvfsctl(8)).
-void OnListxattr(fuse_req_t req, fuse_ino_t /*ino*/, size_t size) {
-  if (size == 0) return (void)fuse_reply_xattr(req, 0);
-  fuse_reply_buf(req, nullptr, 0);
+// The file's own xattrs only: the user.kvfs.* attributes are computed status, not data of the
+// file. Listed, they were copied by `cp -a`, `tar --xattrs` and `rsync -X` onto the copies
+// (another filesystem's files carrying this mount's stale location and stat JSON), as CephFS
+// found with its virtual xattrs. getxattr answers them by name (kvfsctl(8)).
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  if (Control::Owns(ino)) return ReplyXattr(req, std::string(), size);
+  ReplyXattr(req, Ctx(req).ns->ListXattrs(ino), size);
 }
 
 void OnFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,

@@ -202,6 +202,15 @@ class Namespace {
   Status SetPrefixParent(uint64_t ino, std::string_view value);
   // The linked parent's name (same directory) or "/path" from the root; ENODATA when none.
   Result<std::string> PrefixParent(uint64_t ino);
+  // User xattrs (namespace_xattr.cc): "user." names other than user.kvfs.* (ENOTSUP), on files
+  // and directories (EPERM), not the root (ENOTSUP). `flags`: XATTR_CREATE (EEXIST when set)
+  // or XATTR_REPLACE (ENODATA when not); an object's names and values past kMaxXattrBytes:
+  // ENOSPC. Journaled when published, with a new ctime.
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
+  Status RemoveXattr(uint64_t ino, std::string_view name);  // ENODATA when not set
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  // The names, each followed by a NUL, as listxattr(2) returns them.
+  Result<std::string> ListXattrs(uint64_t ino);
 
   // --- changes made on other cluster nodes (namespace_remote.cc). Nothing is applied to the
   // store (it already holds them); the kernel is told through the InvalidationSink, never
@@ -332,6 +341,9 @@ class Namespace {
   Status RenameOnce(uint64_t parent, std::string_view name, uint64_t new_parent,
                     std::string_view new_name, unsigned flags);
   Result<EntryInfo> SetAttrOnce(uint64_t ino, const SetAttrRequest& req, FileHandle* fh);
+  // Sets `name` to *value, or removes it when value is null.
+  Status ChangeXattrOnce(uint64_t ino, std::string_view name, const std::string_view* value,
+                         int flags);
   void UndoLookup(uint64_t ino);  // an entry reply that failed after its lookup was counted
   Result<EntryInfo> LinkOnce(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   // A shared namespace (namespace_names.cc), mu_ held. A change notes each inode it touches

@@ -7,9 +7,12 @@ namespace kvfs::cluster {
 namespace {
 
 // Format 2 added the content checksum after the chunk id; format 1 values still decode
-// (checksum unknown).
+// (checksum unknown). Format 3 is format 2 followed by the user xattrs (u16 count x (u8 name
+// length, name, u16 value length, value)); it is written only for a record that has some, so
+// every other record stays readable by a node that knows format 2 alone.
 constexpr uint8_t kFormat = 2;
 constexpr uint8_t kFormatNoChecksum = 1;
+constexpr uint8_t kFormatXattrs = 3;
 constexpr size_t kMaxSymlink = 4095;
 
 void Time(ByteWriter& w, const Timespec64& t) {
@@ -35,7 +38,8 @@ std::string EncodeRecordValue(const ObjectRecord& rec, uint16_t origin) {
   std::string out;
   out.reserve(96 + rec.name.size());
   ByteWriter w(&out);
-  w.U8(kFormat);
+  const std::vector<Xattr>& xattrs = rec.xattrs();
+  w.U8(xattrs.empty() ? kFormat : kFormatXattrs);
   w.U16(origin);
   w.U64(rec.id);
   w.U8(static_cast<uint8_t>(rec.type));
@@ -67,6 +71,14 @@ std::string EncodeRecordValue(const ObjectRecord& rec, uint16_t origin) {
   if (cl) {
     for (NodeId n : cl->holders) w.U16(n);
   }
+  if (xattrs.empty()) return out;
+  w.U16(static_cast<uint16_t>(xattrs.size()));
+  for (const Xattr& x : xattrs) {
+    w.U8(static_cast<uint8_t>(x.name.size()));
+    w.Bytes(x.name.data(), x.name.size());
+    w.U16(static_cast<uint16_t>(x.value.size()));
+    w.Bytes(x.value.data(), x.value.size());
+  }
   return out;
 }
 
@@ -76,7 +88,9 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   };
   ByteReader r(value.data(), value.size());
   const uint8_t format = r.U8();
-  if (format != kFormat && format != kFormatNoChecksum) return bad("unknown format");
+  if (format != kFormat && format != kFormatNoChecksum && format != kFormatXattrs) {
+    return bad("unknown format");
+  }
   RecordValue out;
   out.origin = r.U16();
   ObjectRecord& rec = out.record;
@@ -121,11 +135,26 @@ Result<RecordValue> DecodeRecordValue(std::string_view value, uint64_t revision)
   }
   const uint64_t size = r.U64();
   const uint64_t chunk = r.U64();
-  const uint64_t checksum = format == kFormat ? r.U64() : 0;
+  const uint64_t checksum = format != kFormatNoChecksum ? r.U64() : 0;
   const uint8_t holders = r.U8();
   if (!r.ok() || holders > HolderList::kMaxHolders) return bad("holders");
   HolderList list;
   for (uint8_t i = 0; i < holders; ++i) list.Add(r.U16());
+  if (format == kFormatXattrs) {
+    const uint16_t n = r.U16();
+    if (!r.ok() || n == 0 || n > r.remaining() / 3) return bad("xattr count");
+    std::vector<Xattr> xattrs(n);
+    for (Xattr& x : xattrs) {
+      x.name.resize(r.U8());
+      if (!r.ok() || x.name.size() > r.remaining()) return bad("xattr name");
+      r.Bytes(x.name.data(), x.name.size());
+      x.value.resize(r.U16());
+      if (!r.ok() || x.value.size() > r.remaining()) return bad("xattr value");
+      r.Bytes(x.value.data(), x.value.size());
+    }
+    if (!ValidXattrs(xattrs)) return bad("xattrs");
+    rec.set_xattrs(std::move(xattrs));
+  }
   if (!r.ok() || r.remaining() != 0) return bad("length");
   if (rec.id == kInvalidId || rec.id == kRootId) return bad("id");
   if (rec.type != ObjectType::kFile && (size != 0 || chunk != 0) &&

@@ -3,11 +3,12 @@
 // millions of them). Decoding is strict: a value that does not parse exactly is refused, so a
 // damaged or foreign key can never become a wrong file.
 //
-//   u8 format (2), u16 origin (the node that wrote this version), u64 id, u8 type,
+//   u8 format (2, or 3), u16 origin (the node that wrote this version), u64 id, u8 type,
 //   u32 mode, uid, gid, flags, 3 x (i64 sec, u32 nsec) atime/mtime/ctime,
 //   u64 prefix_parent, u64 rdev, u16 n (1..kMaxLinks) x (u64 parent, u8 len, name),
-//   u16 len + symlink target, u64 size, u64 chunk, u64 content checksum (format 2 only;
-//   format 1 values still decode, checksum unknown), u8 k (<= 7) x u16 holder
+//   u16 len + symlink target, u64 size, u64 chunk, u64 content checksum (not in format 1;
+//   format 1 values still decode, checksum unknown), u8 k (<= 7) x u16 holder; format 3 (a
+//   record with user xattrs) then u16 count x (u8 len, name, u16 len, value)
 #pragma once
 
 #include <cstdint>

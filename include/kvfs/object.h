@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvfs/rare_fields.h"
@@ -75,6 +76,27 @@ constexpr uint8_t kMaxObjectType = 7;
 // whole record with all its names, so the bound keeps a record (and the journal traffic of
 // each link and unlink) small: a user cannot grow the journal quadratically.
 constexpr uint32_t kMaxLinks = 1000;
+// User xattrs: a name is "user." and at most 250 more bytes (XATTR_NAME_MAX is 255); an
+// object's names and values together take at most kMaxXattrBytes (ext4's bound with 4 KiB
+// blocks; more fails with ENOSPC, as there). Every change of an object journals (and, in a
+// cluster, commits to etcd) the whole record, so the bound keeps each change small.
+constexpr size_t kXattrNameMax = 255;
+constexpr size_t kMaxXattrBytes = 4096;
+constexpr std::string_view kUserXattrPrefix = "user.";
+// Whether `list` is what a record may hold: sorted, unique, "user." names within the bounds.
+inline bool ValidXattrs(const std::vector<Xattr>& list) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string& n = list[i].name;
+    if (n.size() <= kUserXattrPrefix.size() || n.size() > kXattrNameMax ||
+        !n.starts_with(kUserXattrPrefix) || n.find('\0') != std::string::npos) {
+      return false;
+    }
+    if (i > 0 && list[i - 1].name >= n) return false;
+    bytes += n.size() + list[i].value.size();
+  }
+  return bytes <= kMaxXattrBytes;
+}
 
 // A directory entry: one name of an object.
 struct Link {
@@ -123,6 +145,8 @@ struct NamelessRecord {
   void set_symlink_target(std::string t) { rare.set_symlink_target(std::move(t)); }
   void set_rdev(uint64_t v) { rare.set_rdev(v); }
   void set_prefix_parent(ObjectId v) { rare.set_prefix_parent(v); }
+  const std::vector<Xattr>& xattrs() const { return rare.xattrs(); }
+  void set_xattrs(std::vector<Xattr> v) { rare.set_xattrs(std::move(v)); }
 
   uint64_t size() const {
     if (type == ObjectType::kSymlink) return symlink_target().size();

@@ -1,7 +1,7 @@
-// Fields most records leave empty (a symlink's target, a device number, a prefix link, a file's
-// hard links beyond its first name), kept behind a pointer so that an empty one costs 8 bytes
-// or nothing instead of a std::string's 32 or a std::vector's 24: a daemon keeps one record per
-// name, millions of them. Both are values (copies are deep).
+// Fields most records leave empty (a symlink's target, a device number, a prefix link, user
+// extended attributes, a file's hard links beyond its first name), kept behind a pointer so that an
+// empty one costs 8 bytes or nothing instead of a std::string's 32 or a std::vector's 24: a daemon
+// keeps one record per name, millions of them. Both are values (copies are deep).
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,17 @@
 
 namespace kvfs {
 
+// A user extended attribute (setxattr(2) in the "user." namespace): the full name, "user."
+// included, and its value. A record keeps them sorted by name, each name once.
+struct Xattr {
+  std::string name;
+  std::string value;
+  bool operator==(const Xattr&) const = default;
+};
+
 // The fields of a record that few records have, behind one pointer: a symlink's target, a
-// device's number and the writer's prefix link. A record with none of them allocates nothing;
-// setting the last one back to empty frees the box. Copies are deep.
+// device's number, the writer's prefix link and the user xattrs. A record with none of them
+// allocates nothing; setting the last one back to empty frees the box. Copies are deep.
 class RareFields {
  public:
   RareFields() = default;
@@ -30,6 +38,7 @@ class RareFields {
   const std::string& symlink_target() const { return f_ ? f_->symlink_target : Empty(); }
   uint64_t rdev() const { return f_ ? f_->rdev : 0; }
   uint64_t prefix_parent() const { return f_ ? f_->prefix_parent : 0; }
+  const std::vector<Xattr>& xattrs() const { return f_ ? f_->xattrs : NoXattrs(); }
   void set_symlink_target(std::string t) {
     if (!t.empty() || f_) Mutable().symlink_target = std::move(t);
     Tidy();
@@ -42,11 +51,16 @@ class RareFields {
     if (v != 0 || f_) Mutable().prefix_parent = v;
     Tidy();
   }
+  // `v` sorted by name, names unique (the caller's duty: the codecs refuse anything else).
+  void set_xattrs(std::vector<Xattr> v) {
+    if (!v.empty() || f_) Mutable().xattrs = std::move(v);
+    Tidy();
+  }
 
   bool allocated() const { return f_ != nullptr; }  // never when all are empty
   bool operator==(const RareFields& o) const {
     return symlink_target() == o.symlink_target() && rdev() == o.rdev() &&
-           prefix_parent() == o.prefix_parent();
+           prefix_parent() == o.prefix_parent() && xattrs() == o.xattrs();
   }
 
  private:
@@ -54,17 +68,25 @@ class RareFields {
     std::string symlink_target;
     uint64_t rdev = 0;
     uint64_t prefix_parent = 0;
+    std::vector<Xattr> xattrs;
   };
   Fields& Mutable() {
     if (!f_) f_ = std::make_unique<Fields>();
     return *f_;
   }
   void Tidy() {
-    if (f_ && f_->symlink_target.empty() && f_->rdev == 0 && f_->prefix_parent == 0) f_.reset();
+    if (f_ && f_->symlink_target.empty() && f_->rdev == 0 && f_->prefix_parent == 0 &&
+        f_->xattrs.empty()) {
+      f_.reset();
+    }
   }
   static const std::string& Empty() {
     static const std::string empty;
     return empty;
+  }
+  static const std::vector<Xattr>& NoXattrs() {
+    static const std::vector<Xattr> none;
+    return none;
   }
   std::unique_ptr<Fields> f_;
 };

@@ -1,6 +1,6 @@
-// The etcd value of a namespace record: round trip (checksum included), the older format without
-// a checksum still decodes, and damaged values (every truncation, every single-byte change of
-// the format byte, random garbage) are refused without crashing.
+// The etcd value of a namespace record: round trip (checksum included, and user xattrs in format
+// 3), the older format without a checksum still decodes, and damaged values (every truncation,
+// every single-byte change of the format byte, random garbage) are refused without crashing.
 #include "record_value.h"
 
 #include <gtest/gtest.h>
@@ -76,6 +76,38 @@ TEST(RecordValueTest, FormatOneWithoutChecksumStillDecodes) {
   EXPECT_FALSE(DecodeRecordValue(v1, 5).ok());
   v[0] = 1;
   EXPECT_FALSE(DecodeRecordValue(v, 5).ok());
+}
+
+TEST(RecordValueTest, XattrsRoundTripInFormatThreeOnly) {
+  ObjectRecord rec = FileWithData();
+  const std::string plain = EncodeRecordValue(rec, 3);
+  EXPECT_EQ(plain[0], 2);  // no xattrs: readable by a node that knows format 2 alone
+  const std::vector<Xattr> list = {
+      {"user.a", std::string("\0\xff", 2)},
+      {"user.b", std::string(kMaxXattrBytes - 14, 'v')}};  // at the bound
+  rec.set_xattrs(list);
+  const std::string v = EncodeRecordValue(rec, 3);
+  EXPECT_EQ(v[0], 3);
+  EXPECT_EQ(v.substr(1, plain.size() - 1), plain.substr(1));  // format 2, then the list
+  auto back = DecodeRecordValue(v, 7);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->record.xattrs(), list);
+  EXPECT_NE(AsClusterLayout(back->record.layout), nullptr);
+  for (size_t n = plain.size(); n < v.size(); ++n) {
+    EXPECT_FALSE(DecodeRecordValue(std::string_view(v.data(), n), 1).ok()) << "length " << n;
+  }
+  // Format 3 with no list, and lists a record may not hold.
+  std::string empty = plain + std::string(2, '\0');
+  empty[0] = 3;
+  EXPECT_FALSE(DecodeRecordValue(empty, 1).ok());
+  for (const std::vector<Xattr>& bad :
+       std::vector<std::vector<Xattr>>{{{"user.b", "1"}, {"user.a", "1"}},
+                                       {{"user.a", "1"}, {"user.a", "1"}},
+                                       {{"security.a", "1"}},
+                                       {{"user.b", std::string(kMaxXattrBytes - 5, 'v')}}}) {
+    rec.set_xattrs(bad);
+    EXPECT_FALSE(DecodeRecordValue(EncodeRecordValue(rec, 3), 1).ok()) << bad[0].name;
+  }
 }
 
 TEST(RecordValueTest, DamagedValuesAreRefused) {

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import unittest
 import unittest.mock
@@ -168,6 +169,61 @@ class ClusterMount(unittest.TestCase):
         c.publish(1, "neg/late", chunk_bytes("late", 200_000))
         c.wait_exists(2, "neg/late", VISIBLE_S)
         self.assert_content(c, 2, "neg/late", "late", 200_000)
+
+    def test_user_xattrs_reach_every_node_and_xattr_create_holds_across_nodes(self):
+        c = self.cluster(n=3, replicas=1)
+        c.publish(1, "xa", chunk_bytes("xa", 70_000))
+        os.mkdir(c.path(1, "xd"))
+        os.setxattr(c.path(1, "xa"), "user.model", b"llama-70b")
+        os.setxattr(c.path(1, "xd"), "user.layer", b"\x00\x01")
+
+        def xattrs(k, rel):
+            try:
+                return {n: os.getxattr(c.path(k, rel), n) for n in os.listxattr(c.path(k, rel))}
+            except FileNotFoundError:
+                return None
+
+        for k in (2, 3):
+            wait_until(lambda: xattrs(k, "xa") == {"user.model": b"llama-70b"}, VISIBLE_S,
+                       what=f"xattr of xa on node {k}")
+            wait_until(lambda: xattrs(k, "xd") == {"user.layer": b"\x00\x01"}, VISIBLE_S,
+                       what=f"xattr of xd on node {k}")
+        # Changed on node 2, removed on node 3: node 1 sees both.
+        os.setxattr(c.path(2, "xa"), "user.model", b"llama-8b", os.XATTR_REPLACE)
+        wait_until(lambda: xattrs(3, "xa") == {"user.model": b"llama-8b"}, VISIBLE_S,
+                   what="node 2's change on node 3")
+        os.removexattr(c.path(3, "xa"), "user.model")
+        wait_until(lambda: xattrs(1, "xa") == {}, VISIBLE_S, what="node 3's removal on node 1")
+        # XATTR_CREATE from two nodes at once: one wins, the other gets EEXIST, all agree.
+        for round_ in range(3):
+            name = f"user.race{round_}"
+            barrier = threading.Barrier(2)
+            outcome = {}
+
+            def create(k):
+                barrier.wait()
+                try:
+                    os.setxattr(c.path(k, "xa"), name, str(k).encode(), os.XATTR_CREATE)
+                    outcome[k] = "ok"
+                except OSError as e:
+                    outcome[k] = errno.errorcode.get(e.errno, str(e.errno))
+
+            threads = [threading.Thread(target=create, args=(k,)) for k in (1, 2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            self.assertEqual(sorted(outcome.values()), ["EEXIST", "ok"], outcome)
+            (winner,) = [k for k, v in outcome.items() if v == "ok"]
+            for k in (1, 2, 3):
+                wait_until(lambda: xattrs(k, "xa").get(name) == str(winner).encode(), VISIBLE_S,
+                           what=f"{name} = {winner} on node {k}")
+        # A restarted node reads them back from etcd.
+        c.stop(3)
+        c.restart(3)
+        wait_until(lambda: xattrs(3, "xd") == {"user.layer": b"\x00\x01"}, VISIBLE_S,
+                   what="xd's xattr on the restarted node 3")
+        self.assertEqual(set(xattrs(3, "xa")), {"user.race0", "user.race1", "user.race2"})
 
     # -- failures -----------------------------------------------------------------------------
     def test_checksum_xattr_is_the_same_on_every_node(self):

@@ -98,7 +98,7 @@ TEST_F(ControlTest, FileXattrs) {
   EXPECT_EQ(listxattr(P("x").c_str(), nullptr, 0), 0);
   EXPECT_EQ(getxattr(P("x").c_str(), "user.other", buf, sizeof buf), -1);
   EXPECT_EQ(errno, ENODATA);
-  EXPECT_EQ(setxattr(P("x").c_str(), "user.foo", "1", 1, 0), -1);
+  EXPECT_EQ(setxattr(P("x").c_str(), "user.kvfs.foo", "1", 1, 0), -1);
   EXPECT_EQ(errno, ENOTSUP);
 }
 
