@@ -94,6 +94,9 @@ class EtcdOutages(ClusterEtcdCase):
             with self.assertRaises(OSError) as e:
                 os.close(fd)  # the publish at close is refused
             self.assertEqual(e.exception.errno, errno.EROFS)
+            with self.assertRaises(OSError) as e:
+                os.setxattr(c.path(1, "e"), "user.refused", b"1")
+            self.assertEqual(e.exception.errno, errno.EROFS)
             # reads go on, on both nodes
             self.assertEqual(self.read(c, 1, "e"), data)
             self.assertEqual(self.read(c, 2, "e"), data)
@@ -108,6 +111,12 @@ class EtcdOutages(ClusterEtcdCase):
         # the refused file is not left behind half-published; new changes work everywhere
         wait_until(lambda: not os.path.exists(c.path(1, "late")), 10.0,
                    what="the refused publish is undone")
+        wait_until(lambda: os.listxattr(c.path(1, "e")) == [], 10.0,
+                   what="the refused xattr is undone")
+        self.assertEqual(os.listxattr(c.path(2, "e")), [])
+        os.setxattr(c.path(1, "e"), "user.accepted", b"2")
+        wait_until(lambda: os.listxattr(c.path(2, "e")) == ["user.accepted"], VISIBLE_S,
+                   what="an xattr set after etcd is back on node 2")
         os.mkdir(c.path(1, "after"))
         self.write(c, 1, "after/f", b"back")
         c.wait_exists(2, "after/f", VISIBLE_S)
