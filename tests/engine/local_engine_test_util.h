@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -113,6 +114,12 @@ inline LayoutRef FindLayout(const std::vector<ObjectRecord>& recs, ObjectId id) 
     if (r.id == id) return r.layout;
   }
   return nullptr;
+}
+
+inline std::map<ObjectId, ObjectRecord> RecordsById(LocalEngine& e) {
+  std::map<ObjectId, ObjectRecord> out;
+  for (ObjectRecord& r : e.Records()) out[r.id] = std::move(r);
+  return out;
 }
 
 }  // namespace kvfs::local_engine_test

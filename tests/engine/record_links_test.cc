@@ -6,7 +6,7 @@
 #include <map>
 
 #include "local_engine_test_util.h"
-#include "record_codec.h"
+#include "record_bytes.h"
 #include "temp_dir.h"
 
 namespace kvfs {
@@ -15,6 +15,9 @@ namespace {
 using local_engine_test::FileRecord;
 using local_engine_test::OpenOk;
 using local_engine_test::Opts;
+using local_engine_test::RecordsById;
+using record_test::Decode;
+using record_test::Encode;
 using testing::TempDir;
 
 ObjectRecord Special(ObjectId id, ObjectType type, uint64_t rdev) {
@@ -26,21 +29,6 @@ ObjectRecord Special(ObjectId id, ObjectType type, uint64_t rdev) {
   r.mode = 0640;
   r.set_rdev(rdev);
   return r;
-}
-
-std::string Encode(const ObjectRecord& rec) {
-  std::string out;
-  ByteWriter w(&out);
-  RecordCodec::EncodeRecord(rec, w);
-  return out;
-}
-
-bool Decode(const std::string& bytes, ObjectRecord* out) {
-  ByteReader r(bytes.data(), bytes.size());
-  DecodedRecord d;
-  if (!RecordCodec::DecodeRecord(r, &d) || r.remaining() != 0) return false;
-  *out = d.record;
-  return true;
 }
 
 TEST(RecordLinksTest, ExtensionsRoundTrip) {
@@ -117,8 +105,7 @@ TEST(RecordLinksTest, EngineValidatesAndKeepsLinksAcrossRestart) {
   }
   auto e = OpenOk(Opts(dir.path()));
   ASSERT_NE(e, nullptr);
-  std::map<ObjectId, ObjectRecord> by_id;
-  for (auto& r : e->Records()) by_id[r.id] = r;
+  std::map<ObjectId, ObjectRecord> by_id = RecordsById(*e);
   ASSERT_EQ(by_id.size(), 3u);
   EXPECT_EQ(by_id[20].type, ObjectType::kFifo);
   EXPECT_EQ(by_id[21].type, ObjectType::kBlockDevice);

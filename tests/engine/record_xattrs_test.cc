@@ -7,7 +7,7 @@
 #include <map>
 
 #include "local_engine_test_util.h"
-#include "record_codec.h"
+#include "record_bytes.h"
 #include "temp_dir.h"
 
 namespace kvfs {
@@ -16,22 +16,10 @@ namespace {
 using local_engine_test::FileRecord;
 using local_engine_test::OpenOk;
 using local_engine_test::Opts;
+using local_engine_test::RecordsById;
+using record_test::Decode;
+using record_test::Encode;
 using testing::TempDir;
-
-std::string Encode(const ObjectRecord& rec) {
-  std::string out;
-  ByteWriter w(&out);
-  RecordCodec::EncodeRecord(rec, w);
-  return out;
-}
-
-bool Decode(const std::string& bytes, ObjectRecord* out) {
-  ByteReader r(bytes.data(), bytes.size());
-  DecodedRecord d;
-  if (!RecordCodec::DecodeRecord(r, &d) || r.remaining() != 0) return false;
-  *out = d.record;
-  return true;
-}
 
 const std::vector<Xattr> kTwo = {{"user.a", "1"}, {"user.b", std::string("\0\xff", 2)}};
 
@@ -119,8 +107,7 @@ TEST(RecordXattrsTest, EngineKeepsXattrsAcrossRestart) {
   }
   auto e = OpenOk(Opts(dir.path()));
   ASSERT_NE(e, nullptr);
-  std::map<ObjectId, ObjectRecord> by_id;
-  for (auto& r : e->Records()) by_id[r.id] = r;
+  std::map<ObjectId, ObjectRecord> by_id = RecordsById(*e);
   ASSERT_EQ(by_id.size(), 2u);
   EXPECT_EQ(by_id[22].xattrs(), kTwo);
   EXPECT_TRUE(by_id[23].xattrs().empty());
