@@ -2,11 +2,11 @@
 
 Two threads per node make random changes (mkdir, write, publish by temp file and rename,
 rename, RENAME_EXCHANGE, RENAME_NOREPLACE, O_EXCL create, unlink, rmdir, link, symlink, truncate,
-append, pwrite, chmod, utime) over four names three levels deep, so most of them race with
-another node's change of the same names. Afterwards every node, and a node started afterwards
-(it reads etcd afresh), must show the same tree (types, contents, link counts, modes, sizes, and
-the mtimes of all but directories, whose times are each node's own between their records'
-commits), and in etcd every record's names must be exactly the name keys that point at it.
+append, pwrite, chmod, utime, setxattr, removexattr) over four names three levels deep, so most
+of them race with another node's change of the same names. Afterwards every node, and a node
+started afterwards (it reads etcd afresh), must show the same tree (types, contents, link counts,
+modes, sizes, user xattrs, and the mtimes of all but directories, whose times are each node's
+own between their records' commits), and in etcd every record's names must be exactly the name keys that point at it.
 
 The script this test grew from found four defects on 2026-11-27, each leaving the nodes apart
 for good: a directory that left a node's tree while its name waited came back empty (its
@@ -36,7 +36,8 @@ from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2
 
 NAMES = ("a", "b", "c", "d")
 OPS = ("mkdir", "write", "publish", "rename", "rename", "exchange", "noreplace", "excl", "unlink",
-       "rmdir", "link", "symlink", "truncate", "append", "pwrite", "chmod", "utime")
+       "rmdir", "link", "symlink", "truncate", "append", "pwrite", "chmod", "utime", "setxattr",
+       "removexattr")
 FAILURES = ("etcd-restart", "etcd-freeze", "compact", "node-kill", "node-freeze")
 SETTLE_S = 20.0
 
@@ -90,6 +91,10 @@ def change(rng: random.Random, root: str, tag: str) -> None:
             os.close(fd)
     elif op == "chmod":
         os.chmod(p, rng.choice((0o600, 0o644, 0o700, 0o755)))
+    elif op == "setxattr":
+        os.setxattr(p, "user." + rng.choice("xy"), rng.randbytes(rng.randint(0, 40)))
+    elif op == "removexattr":
+        os.removexattr(p, "user." + rng.choice("xy"))
     else:
         when = rng.randint(1_000_000_000, 1_700_000_000)
         os.utime(p, (when, when))
@@ -97,7 +102,7 @@ def change(rng: random.Random, root: str, tag: str) -> None:
 
 def tree(root: str) -> dict[str, str]:
     """Every path under root (the control directory left out) with its type, content, mode,
-    size and (but for directories) mtime."""
+    size, user xattrs and (but for directories) mtime."""
     out = {}
     for dirpath, dirs, files in os.walk(root):
         rel = os.path.relpath(dirpath, root)
@@ -124,6 +129,14 @@ def tree(root: str) -> dict[str, str]:
             out[key] += f" lstat error {e.errno}"
             continue
         out[key] += f" mode {st.st_mode:o} size {st.st_size}"
+        if not stat.S_ISLNK(st.st_mode):
+            try:
+                path = os.path.join(root, key)
+                out[key] += " xattrs " + ",".join(
+                    f"{n}={hashlib.sha256(os.getxattr(path, n)).hexdigest()[:8]}"
+                    for n in sorted(os.listxattr(path)))
+            except OSError as e:
+                out[key] += f" xattr error {e.errno}"
         if not stat.S_ISDIR(st.st_mode):
             out[key] += f" mtime {st.st_mtime_ns}"
     return out
