@@ -53,6 +53,12 @@ class ClusterEtcd(ClusterEtcdCase):
             c.publish(src, rel, b"data of node %d" % src, tmp_suffix=".tmp")
             c.wait_exists(dst, rel, VISIBLE_S)
             self.assertEqual(self.read(c, dst, rel), b"data of node %d" % src)
+            # A user xattr (format 3 of the record value), binary, each way.
+            value = bytes(range(256)) + b"from %d" % src
+            os.setxattr(c.path(src, rel), "user.origin", value)
+            wait_until(lambda: os.listxattr(c.path(dst, rel)) == ["user.origin"], VISIBLE_S,
+                       what=f"{rel}'s xattr on node {dst}")
+            self.assertEqual(os.getxattr(c.path(dst, rel), "user.origin"), value)
         for round_ in range(4):
             self.o_excl_race(c, f"g/lock{round_}")
 
