@@ -1,5 +1,6 @@
 """The writer of the crash test: publishes chunk files in a loop the way connectors do (write a
-temp file, close it, rename it over the final name) until the mount goes away.
+temp file, set a user xattr, close it, rename it over the final name, set another) until the
+mount goes away.
 
     python3 crash_writer.py DIR ROUND LOG MAX_FILES
 
@@ -56,9 +57,13 @@ def main() -> int:
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd, view):]
+                    # Set before the first close: published with the file, or not at all.
+                    os.setxattr(fd, "user.name", name.encode())
                 finally:
                     os.close(fd)
                 os.rename(tmp, final)
+                # A change of its own, journaled after the publish.
+                os.setxattr(final, "user.after", name.encode())
                 log.write(os.path.relpath(final, root) + "\n")
                 published.append(name)
         except OSError as e:

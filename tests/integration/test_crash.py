@@ -1,6 +1,7 @@
 """kill -9 crash test: a writer publishes files (temp + rename, content derived from the name)
 in a loop while the kvfs daemon is SIGKILLed at a random moment; after remounting, every visible
-file must be complete and byte-exact, temp files too (complete or absent). With
+file must be complete and byte-exact, temp files too (complete or absent), and carry the user
+xattr its writer set before its first close (one set after the rename may be there or not). With
 durability=close, every file whose rename returned before the kill must be there.
 
 The random kill points come from a seed printed on failure; set KVFS_CRASH_SEED to replay one.
@@ -105,6 +106,10 @@ class CrashKill9(unittest.TestCase):
                 if data != chunk_bytes(name, size):
                     bad = next(i for i in range(size) if data[i] != chunk_bytes(name, size)[i])
                     self.fail(f"{where}: {rel}: wrong content from byte {bad} of {size}")
+                self.assertEqual(os.getxattr(path, "user.name"), name.encode(),
+                                 f"{where}: {rel}: the xattr set before its publish")
+                if "user.after" in os.listxattr(path):
+                    self.assertEqual(os.getxattr(path, "user.after"), name.encode(), rel)
                 if fn.endswith(".tmp"):
                     temps += 1
                 else:
