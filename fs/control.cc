@@ -348,6 +348,7 @@ nlohmann::json Control::NodesJson() {
         {"repaired_chunks", v.repaired_chunks},
         {"repaired_bytes", v.repaired_bytes},
         {"failures", v.repair_failures},
+        {"passes", v.repair_passes},
         {"bandwidth", v.repair_bandwidth}}},
       {"namespace",
        {{"transactions", v.ns_transactions},

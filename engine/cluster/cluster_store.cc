@@ -325,6 +325,7 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
   std::vector<std::pair<uint64_t, const char*>> drop;
   std::vector<std::pair<LayoutRef, uint32_t>> repin;  // held layouts whose pin changed
   std::vector<uint64_t> repin_chunks;
+  bool held_changed = false;  // a chunk this node holds: its record or holders
   {
     std::lock_guard lock(mu_);
     for (ObjectId id : removes) {
@@ -344,6 +345,7 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
         drop.emplace_back(cl->chunk, "the holder list no longer names this node");
         continue;
       }
+      held_changed = true;
       it->second.record = rec.id;
       it->second.revision = rec.revision;
       it->second.holders = cl->holders;
@@ -365,7 +367,9 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
     }
     (void)Hold(chunk, l, flags);  // the engine's eviction must see the pin
   }
-  if (repair_) repair_->Poke();
+  // Repair looks only at held chunks: another node's change of anything else needs no pass
+  // (each was a pass a second on every node of a busy cluster, over all it holds).
+  if (repair_ && (held_changed || !drop.empty())) repair_->Poke();
 }
 
 void ClusterStore::OnRemote(std::vector<ObjectRecord>&& puts, std::vector<ObjectId>&& removes) {
@@ -403,19 +407,27 @@ void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec, ResetOrigin ori
 }
 
 void ClusterStore::MembershipChanged() {
+  const bool reachable = membership_ && membership_->etcd_reachable();
+  bool repair_view_changed = false;
   if (membership_) {
     std::lock_guard lock(seen_mu_);
+    RepairView view{reachable, {}};
     for (const MemberInfo& m : membership_->Members()) {
+      view.members.emplace_back(m.id, m.draining, m.drained);
       if (m.drained) {
         seen_.erase(m.id);
       } else {
         seen_[m.id] = m.address;
       }
     }
+    std::sort(view.members.begin(), view.members.end());
+    repair_view_changed = view != repair_view_;
+    repair_view_ = std::move(view);
   }
-  if (repair_) repair_->Poke();
+  // Only what repair looks at: every node's usage changes every few seconds while it writes,
+  // and each such change was a pass on every node.
+  if (repair_ && repair_view_changed) repair_->Poke();
   // etcd answered again after an outage: the watch may have stalled on a dead stream.
-  const bool reachable = membership_ && membership_->etcd_reachable();
   if (reachable && !was_reachable_.exchange(reachable) && log_) log_->RestartWatch();
   was_reachable_ = reachable;
 }
@@ -501,6 +513,7 @@ ClusterView ClusterStore::Cluster() const {
   v.repaired_chunks = t.chunks;
   v.repaired_bytes = t.bytes;
   v.repair_failures = t.failures;
+  v.repair_passes = t.passes;
   v.repair_bandwidth = options_.repair_bandwidth;
   return v;
 }

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -286,6 +287,14 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // Nodes ever listed as members (id -> address), for reporting the departed as down.
   mutable std::mutex seen_mu_;
   mutable std::map<NodeId, std::string> seen_;
+  // What of the membership repair depends on (seen_mu_): etcd reachable, and each member with
+  // its drain marks. A pass follows each change of it.
+  struct RepairView {
+    bool reachable = false;
+    std::vector<std::tuple<NodeId, bool, bool>> members;  // id, draining, drained
+    bool operator==(const RepairView&) const = default;
+  };
+  RepairView repair_view_;
 
   // Held copies the engine evicted or found corrupt: their space is already released
   // (QueueLocalLoss); leaving the holder lists in etcd is the housekeeping thread's (losses_).

@@ -40,7 +40,12 @@ void Repairer::Stop() {
 void Repairer::Poke() {
   {
     std::lock_guard lock(mu_);
+    if (poked_) return;  // a pass is due already
     poked_ = true;
+    // During a pass or the second after it the loop looks at poked_ when it next waits: a
+    // wake-up now would only put it back to sleep. It did, once per namespace change, which
+    // cost every node a thread switch for each change another node made.
+    if (!awaiting_poke_) return;
   }
   cv_.notify_all();
 }
@@ -49,7 +54,9 @@ void Repairer::Loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
+      awaiting_poke_ = true;
       cv_.wait_for(lock, kPassEvery, [&] { return stop_ || poked_; });
+      awaiting_poke_ = false;
       if (stop_) return;
       poked_ = false;
     }
@@ -83,6 +90,7 @@ void Repairer::RunOnce() {
     if (!m.draining) usable.insert(m.id);
   }
   if (!live.count(self)) return;  // not registered now (etcd unreachable): nothing is certain
+  ++passes_;
   const std::vector<NodeId> targets(usable.begin(), usable.end());
 
   struct Item {

@@ -33,9 +33,10 @@ class Repairer {
   struct Totals {
     uint64_t pending = 0;  // chunks found short of copies that this node leads (last pass)
     uint64_t chunks = 0, bytes = 0, failures = 0;
+    uint64_t passes = 0;  // over the chunks this node holds, since it started
   };
   Totals totals() const {
-    return {pending_.load(), chunks_.load(), bytes_.load(), failures_.load()};
+    return {pending_.load(), chunks_.load(), bytes_.load(), failures_.load(), passes_.load()};
   }
 
  private:
@@ -47,9 +48,10 @@ class Repairer {
   std::mutex mu_;
   std::condition_variable cv_;
   bool poked_ = false, stop_ = false, started_ = false;
-  std::mutex pass_mu_;  // one pass at a time
+  bool awaiting_poke_ = false;  // Loop waits for a poke (Poke notifies only then)
+  std::mutex pass_mu_;          // one pass at a time
   std::chrono::steady_clock::time_point next_send_{};
-  std::atomic<uint64_t> pending_{0}, chunks_{0}, bytes_{0}, failures_{0};
+  std::atomic<uint64_t> pending_{0}, chunks_{0}, bytes_{0}, failures_{0}, passes_{0};
 };
 
 }  // namespace kvfs::cluster

@@ -80,12 +80,14 @@ void PrintTable(const nlohmann::json& doc) {
           static_cast<unsigned long long>(Count(held, "by_node")));
     }
     const auto& r = doc.value("repair", nlohmann::json::object());
-    std::printf("repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s\n",
-                static_cast<unsigned long long>(Count(r, "pending")),
-                static_cast<unsigned long long>(Count(r, "repaired_chunks")),
-                FormatSize(Count(r, "repaired_bytes")).c_str(),
-                static_cast<unsigned long long>(Count(r, "failures")),
-                FormatSize(Count(r, "bandwidth")).c_str());
+    std::printf(
+        "repair: %llu chunks waiting, %llu copied (%s), %llu failed, limit %s/s, %llu passes\n",
+        static_cast<unsigned long long>(Count(r, "pending")),
+        static_cast<unsigned long long>(Count(r, "repaired_chunks")),
+        FormatSize(Count(r, "repaired_bytes")).c_str(),
+        static_cast<unsigned long long>(Count(r, "failures")),
+        FormatSize(Count(r, "bandwidth")).c_str(),
+        static_cast<unsigned long long>(Count(r, "passes")));
     const auto& ns = doc.value("namespace", nlohmann::json::object());
     std::printf(
         "namespace changes of this node: %llu committed in %llu etcd transactions, %llu "

@@ -201,6 +201,9 @@ struct ClusterView {
   // Re-replication this node leads (chunks it holds whose live copies are fewer than R).
   uint64_t repair_pending = 0, repaired_chunks = 0, repaired_bytes = 0, repair_failures = 0;
   uint64_t repair_bandwidth = 0;  // bytes per second, the cap
+  // Passes over the chunks this node holds: on a change of one of them or of the members, at
+  // most one a second, and every 10 s.
+  uint64_t repair_passes = 0;
   // This node's namespace changes since it started: etcd transactions committed and the
   // changes they carried (more changes than transactions: group commit), changes refused as
   // conflicts (the fs built them again), names taken over from another node's file (a publish

@@ -62,6 +62,27 @@ class ClusterEtcd(ClusterEtcdCase):
         for round_ in range(4):
             self.o_excl_race(c, f"g/lock{round_}")
 
+    def test_changes_of_chunks_a_node_does_not_hold_start_no_repair_pass_there(self):
+        # R=1: node 2 holds none of node 1's chunks, so node 1's publishes give node 2's repair
+        # nothing to look at. Each of them used to start a pass there (at most one a second,
+        # over every chunk node 2 holds) and wake its repair thread; now only the pass every
+        # 10 s runs. A change of a chunk node 2 holds still starts one.
+        c = self.cluster(n=2, replicas=1)
+        passes = lambda: c.nodes_json(2)["repair"]["passes"]
+        time.sleep(1.5)  # the passes of the joins are over
+        before = passes()
+        t0, i = time.monotonic(), 0
+        while time.monotonic() - t0 < 3.5:
+            c.publish(1, f"p{i}", b"x" * 100)
+            i += 1
+        c.wait_exists(2, f"p{i - 1}", VISIBLE_S)
+        self.assertLessEqual(passes() - before, 1, f"{i} publishes of node 1")
+        before = passes()
+        c.publish(2, "mine", b"y" * 100)
+        wait_until(lambda: passes() > before, 5.0, what="a pass after node 2's own publish")
+        r = c.kvfsctl("nodes", c.path(2))
+        self.assertRegex(r.stdout, r"repair: .* \d+ passes")
+
     def test_kvfsctl_nodes_counts_the_namespace_changes_of_its_node(self):
         # Each publish by temp file + rename is two namespace changes of node 1 (the close
         # publishes the temp name, the rename moves it), committed in at most as many etcd
