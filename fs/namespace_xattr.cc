@@ -22,8 +22,9 @@ Status CheckXattrName(std::string_view name) {
   return Status::Ok();
 }
 
-// Where `name` is, or would go, in the sorted list.
-std::vector<Xattr>::const_iterator Position(const std::vector<Xattr>& list, std::string_view name) {
+// Where `name` is, or would go, in the sorted list (an iterator of the list's constness).
+template <class List>
+auto Position(List& list, std::string_view name) {
   return std::lower_bound(list.begin(), list.end(), name,
                           [](const Xattr& x, std::string_view n) { return x.name < n; });
 }
@@ -54,7 +55,7 @@ Status Namespace::ChangeXattrOnce(uint64_t ino, std::string_view name,
     }
     if (in->rec.id == kRootId) return Status::Error(ENOTSUP, "the root directory keeps no xattrs");
     std::vector<Xattr> list = in->rec.xattrs();
-    auto at = list.begin() + (Position(list, name) - list.cbegin());
+    auto at = Position(list, name);
     const bool exists = at != list.end() && at->name == name;
     if (!value) {
       if (!exists) return Status::Error(ENODATA, "no such xattr");
