@@ -200,6 +200,11 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // The engine evicted or dropped a held copy: it stops being held at once, so the space is
   // free when the engine's writer that evicted it retries; the holder lists follow later.
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
+  // A read of held chunk `chunk` (this node's or a peer's) is a hit for the engine's eviction
+  // policy; a chunk only other nodes read would otherwise look cold here and go first.
+  void TouchHeld(uint64_t chunk, uint64_t stream);
+  // The stream a peer's read reports (a local reader's is its pid; no pid is this large).
+  static constexpr uint64_t kPeerReadStream = ~uint64_t{0};
   void HandleLocalLosses();
   // Takes this node out of the holder list of `record` (its copy is gone); the record goes
   // when no holder is left.

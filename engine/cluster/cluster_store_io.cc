@@ -377,12 +377,21 @@ Status ClusterStore::Verify(const LayoutRef& layout) {
 }
 
 void ClusterStore::Touch(ObjectId id, uint64_t stream) {
-  ObjectId local_id = kInvalidId;
+  uint64_t chunk = 0;
   {
     std::lock_guard lock(mu_);
     auto it = chunk_of_record_.find(id);
     if (it == chunk_of_record_.end()) return;
-    auto h = held_.find(it->second);
+    chunk = it->second;
+  }
+  TouchHeld(chunk, stream);
+}
+
+void ClusterStore::TouchHeld(uint64_t chunk, uint64_t stream) {
+  ObjectId local_id = kInvalidId;
+  {
+    std::lock_guard lock(mu_);
+    auto h = held_.find(chunk);
     if (h != held_.end()) local_id = h->second.local_id;
   }
   if (local_id != kInvalidId) local_->Touch(local_id, stream);

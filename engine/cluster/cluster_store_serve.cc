@@ -14,6 +14,11 @@ Result<wire::GetReply> ClusterStore::Get(const wire::GetRequest& req, std::span<
   if (!held) return Status::NotFound("chunk " + req.key + " is not held here");
   wire::GetReply reply;
   reply.object_size = held->size;
+  // A peer's read from the start of the chunk is one access, as an open is for a local reader
+  // (fuse_ops OnOpen): its holder keeps the chunk by how often any node reads it. A later piece
+  // of the same read is not another access. Repair's and verify's copies start at 0 too, and
+  // count as a read of the chunk.
+  if (req.offset == 0) TouchHeld(chunk, kPeerReadStream);
   if (req.offset >= held->size) return reply;
   const size_t want =
       static_cast<size_t>(std::min<uint64_t>({req.length, out.size(), held->size - req.offset}));

@@ -1,7 +1,8 @@
 """A kvfs cluster at the edge of its capacity, through real mounts
 (tests/pylib/kvfs_cluster.py): a node whose disk fills refuses publishes (EROFS, ENOSPC) until it
-has room again, a full node evicts to its watermark and publishes on, and writers on every node
-past capacity leave readers only whole versions.
+has room again, a full node evicts to its watermark and publishes on, a holder's eviction counts
+other nodes' reads of its copies, and writers on every node past capacity leave readers only
+whole versions.
 
 Every test starts its own cluster on loopback (free ports) with a 1 s request timeout, and stops
 it by PID at the end."""
@@ -135,6 +136,32 @@ class ClusterCapacity(unittest.TestCase):
         # The last versions are whole wherever they are read.
         for i in (30, 31):
             self.assert_content(c, 2, f"full/f{i}", f"b{i}", size)
+
+    def test_a_chunk_only_other_nodes_read_outlives_the_unread_ones_on_its_holder(self):
+        # Node 2 holds the only copy (R=1, the writer's own) of what it publishes, and node 1
+        # reads one of those files. Node 2's eviction must count that read: a peer's read used
+        # to leave no trace on the holder, so a chunk every other node read but its holder never
+        # opened looked coldest there and went first (and a reader elsewhere could lose it
+        # mid-read while the holder kept chunks nobody wanted).
+        c = self.cluster(n=2, replicas=1, capacity="24M")
+        size = 2 << 20
+        for i in range(4):
+            c.publish(2, f"lru/a{i}", chunk_bytes(f"a{i}", size))
+        c.wait_exists(1, "lru/a3", VISIBLE_S)
+        self.assertEqual([h["id"] for h in c.location(1, "lru/a0")["holders"]], [2])
+        self.assert_content(c, 1, "lru/a0", "a0", size)  # from node 2's copy
+        # Node 2 publishes on until its eviction (least recently used first) takes a1, which
+        # it wrote after a0 and nobody read.
+        for i in range(16):
+            if not os.path.lexists(c.path(2, "lru/a1")):
+                break
+            c.publish(2, f"lru/b{i}", chunk_bytes(f"b{i}", size))
+        else:
+            self.fail(f"node 2 never evicted a1: {c.nodes[2].mount.status()}")
+        self.assertTrue(os.path.lexists(c.path(2, "lru/a0")),
+                        f"a0, read by node 1, was evicted before the unread a1: "
+                        f"{sorted(os.listdir(c.path(2, 'lru')))}")
+        self.assert_content(c, 2, "lru/a0", "a0", size)
 
     def test_writers_on_every_node_past_capacity_readers_see_whole_versions(self):
         # Every node publishes over shared names while every node reads them, 2x what the
