@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -145,6 +146,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     uint64_t revision = 0;
     HolderList holders;
     std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+    // When a peer was last served bytes of it: an eviction within kRetireGrace of that keeps
+    // the copy served a moment longer (QueueLocalLoss).
+    std::optional<std::chrono::steady_clock::time_point> peer_read;
   };
   // The local engine's own removals (eviction, corrupt data) of held chunks.
   class LocalEvents : public StoreListener {
@@ -164,8 +168,18 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Status Hold(uint64_t chunk, const LayoutRef& layout, uint32_t flags);
   // Drops the local copy (open readers keep their LayoutRef).
   void DropHolding(uint64_t chunk, const char* why);
-  // The local copy of `chunk` (also one dropped within kRetireGrace), or null.
-  LayoutRef HeldLayout(uint64_t chunk) const;
+  // The local copy of `chunk` (with retiring, also one dropped within kRetireGrace), or null.
+  LayoutRef HeldLayout(uint64_t chunk, bool retiring = true) const;
+  // HeldLayout for a peer's GET, which it stamps (Holding::peer_read); `local_id` is the
+  // engine id of a held copy (kInvalidId for a retiring one).
+  struct PeerCopy {
+    LayoutRef layout;
+    ObjectId local_id = kInvalidId;
+  };
+  PeerCopy CopyForPeer(uint64_t chunk);
+  // mu_ held: keeps `local` served for kRetireGrace; copies past the budget (oldest first)
+  // go to `freed`, which the caller releases after mu_.
+  void RetireLocked(uint64_t chunk, LayoutRef local, std::vector<LayoutRef>* freed);
   void ExpireRetiring();
   // Housekeeping, once a second: the lowest live node compacts etcd's history
   // (history_compactor.h).
@@ -200,9 +214,6 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // The engine evicted or dropped a held copy: it stops being held at once, so the space is
   // free when the engine's writer that evicted it retries; the holder lists follow later.
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
-  // A read of held chunk `chunk` (this node's or a peer's) is a hit for the engine's eviction
-  // policy; a chunk only other nodes read would otherwise look cold here and go first.
-  void TouchHeld(uint64_t chunk, uint64_t stream);
   // The stream a peer's read reports (a local reader's is its pid; no pid is this large).
   static constexpr uint64_t kPeerReadStream = ~uint64_t{0};
   void HandleLocalLosses();

@@ -59,12 +59,8 @@ void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
     // Readers that still see the old version (a node whose watch has not delivered the new
     // one yet, an open that raced the switch) are served for a moment longer: the engine
     // frees the extents only once this last reference goes.
-    const uint64_t bytes = StoredBytes(it->second.local.get());
-    retiring_.push_back({chunk, std::move(it->second.local), bytes,
-                         std::chrono::steady_clock::now() + kRetireGrace});
-    retiring_bytes_ += bytes;
+    RetireLocked(chunk, std::move(it->second.local), &freed);
     held_.erase(it);
-    while (retiring_bytes_ > retire_budget_ && !retiring_.empty()) freed.push_back(PopRetiring());
   }
   MetaBatch b;
   b.removes.push_back(local_id);
@@ -76,13 +72,34 @@ void ClusterStore::DropHolding(uint64_t chunk, const char* why) {
   }
 }
 
-LayoutRef ClusterStore::HeldLayout(uint64_t chunk) const {
+void ClusterStore::RetireLocked(uint64_t chunk, LayoutRef local, std::vector<LayoutRef>* freed) {
+  const uint64_t bytes = StoredBytes(local.get());
+  retiring_.push_back(
+      {chunk, std::move(local), bytes, std::chrono::steady_clock::now() + kRetireGrace});
+  retiring_bytes_ += bytes;
+  while (retiring_bytes_ > retire_budget_ && !retiring_.empty()) freed->push_back(PopRetiring());
+}
+
+LayoutRef ClusterStore::HeldLayout(uint64_t chunk, bool retiring) const {
   std::lock_guard lock(mu_);
   auto it = held_.find(chunk);
   if (it != held_.end()) return it->second.local;
+  if (!retiring) return nullptr;
   for (const Retiring& r : retiring_)
     if (r.chunk == chunk) return r.local;
   return nullptr;
+}
+
+ClusterStore::PeerCopy ClusterStore::CopyForPeer(uint64_t chunk) {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(chunk);
+  if (it != held_.end()) {
+    it->second.peer_read = std::chrono::steady_clock::now();
+    return {it->second.local, it->second.local_id};
+  }
+  for (const Retiring& r : retiring_)
+    if (r.chunk == chunk) return {r.local, kInvalidId};
+  return {};
 }
 
 void ClusterStore::ExpireRetiring() {
@@ -100,9 +117,7 @@ LayoutRef ClusterStore::PopRetiring() {
 }
 
 bool ClusterStore::Holds(uint64_t chunk, bool retiring) const {
-  if (retiring) return HeldLayout(chunk) != nullptr;
-  std::lock_guard lock(mu_);
-  return held_.count(chunk) != 0;
+  return HeldLayout(chunk, retiring) != nullptr;
 }
 
 size_t ClusterStore::held_chunks() const {
@@ -111,7 +126,7 @@ size_t ClusterStore::held_chunks() const {
 }
 
 void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
-  LayoutRef released;  // dropped after mu_: the last reference frees the extents
+  std::vector<LayoutRef> released;  // dropped after mu_: the last reference frees the extents
   LocalLoss loss{0, kInvalidId, corrupt};
   {
     std::lock_guard lock(mu_);
@@ -122,7 +137,16 @@ void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
     if (h != held_.end()) {
       loss.record = h->second.record;
       if (loss.record != kInvalidId) chunk_of_record_.erase(loss.record);
-      released = std::move(h->second.local);
+      const auto& peer_read = h->second.peer_read;
+      if (!corrupt && peer_read && *peer_read + kRetireGrace > std::chrono::steady_clock::now()) {
+        // Evicted while a peer was reading it: that reader's open file (which this engine's
+        // eviction cannot see) is served for the grace, as a local reader's handle keeps an
+        // evicted file whole. Its space comes back when the grace ends; the engine's eviction
+        // counts it as not free yet meanwhile (as it does an open file's).
+        RetireLocked(loss.chunk, std::move(h->second.local), &released);
+      } else {
+        released.push_back(std::move(h->second.local));
+      }
       held_.erase(h);
     }
     chunk_of_local_.erase(it);

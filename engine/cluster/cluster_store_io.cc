@@ -377,21 +377,12 @@ Status ClusterStore::Verify(const LayoutRef& layout) {
 }
 
 void ClusterStore::Touch(ObjectId id, uint64_t stream) {
-  uint64_t chunk = 0;
+  ObjectId local_id = kInvalidId;
   {
     std::lock_guard lock(mu_);
     auto it = chunk_of_record_.find(id);
     if (it == chunk_of_record_.end()) return;
-    chunk = it->second;
-  }
-  TouchHeld(chunk, stream);
-}
-
-void ClusterStore::TouchHeld(uint64_t chunk, uint64_t stream) {
-  ObjectId local_id = kInvalidId;
-  {
-    std::lock_guard lock(mu_);
-    auto h = held_.find(chunk);
+    auto h = held_.find(it->second);
     if (h != held_.end()) local_id = h->second.local_id;
   }
   if (local_id != kInvalidId) local_->Touch(local_id, stream);

@@ -10,15 +10,16 @@ Result<wire::GetReply> ClusterStore::Get(const wire::GetRequest& req, std::span<
                                          std::vector<DataDigest>* digests) {
   const uint64_t chunk = ParseChunkName(req.key);
   if (chunk == 0) return Status::Invalid("not a chunk id: " + req.key.substr(0, 64));
-  LayoutRef held = HeldLayout(chunk);
-  if (!held) return Status::NotFound("chunk " + req.key + " is not held here");
+  PeerCopy copy = CopyForPeer(chunk);
+  if (!copy.layout) return Status::NotFound("chunk " + req.key + " is not held here");
+  const LayoutRef& held = copy.layout;
   wire::GetReply reply;
   reply.object_size = held->size;
   // A peer's read from the start of the chunk is one access, as an open is for a local reader
   // (fuse_ops OnOpen): its holder keeps the chunk by how often any node reads it. A later piece
   // of the same read is not another access. Repair's and verify's copies start at 0 too, and
   // count as a read of the chunk.
-  if (req.offset == 0) TouchHeld(chunk, kPeerReadStream);
+  if (req.offset == 0 && copy.local_id != kInvalidId) local_->Touch(copy.local_id, kPeerReadStream);
   if (req.offset >= held->size) return reply;
   const size_t want =
       static_cast<size_t>(std::min<uint64_t>({req.length, out.size(), held->size - req.offset}));
@@ -50,8 +51,10 @@ Result<wire::PutReply> ClusterStore::Put(const wire::PutRequest& req,
                                          std::span<const uint8_t> data) {
   const uint64_t chunk = ParseChunkName(req.key);
   if (chunk == 0) return Status::Invalid("not a chunk id: " + req.key.substr(0, 64));
-  if (LayoutRef held = HeldLayout(chunk); held && held->size == data.size()) {
-    return wire::PutReply{chunk, 0};  // a retried PUT: already here
+  // A retried PUT: already here. Not a retiring copy, which is no longer held: answering for
+  // it would put this node on a holder list without a copy once the grace ends.
+  if (LayoutRef held = HeldLayout(chunk, /*retiring=*/false); held && held->size == data.size()) {
+    return wire::PutReply{chunk, 0};
   }
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkWriter> w, local_->NewWriter(nullptr));
   if (!data.empty()) KVFS_RETURN_IF_ERROR(w->Write(0, data.data(), data.size()));

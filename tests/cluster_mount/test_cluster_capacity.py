@@ -1,8 +1,8 @@
 """A kvfs cluster at the edge of its capacity, through real mounts
 (tests/pylib/kvfs_cluster.py): a node whose disk fills refuses publishes (EROFS, ENOSPC) until it
 has room again, a full node evicts to its watermark and publishes on, a holder's eviction counts
-other nodes' reads of its copies, and writers on every node past capacity leave readers only
-whole versions.
+other nodes' reads of its copies and keeps serving a copy evicted under one of them, and writers
+on every node past capacity leave readers only whole versions.
 
 Every test starts its own cluster on loopback (free ports) with a 1 s request timeout, and stops
 it by PID at the end."""
@@ -162,6 +162,65 @@ class ClusterCapacity(unittest.TestCase):
                         f"a0, read by node 1, was evicted before the unread a1: "
                         f"{sorted(os.listdir(c.path(2, 'lru')))}")
         self.assert_content(c, 2, "lru/a0", "a0", size)
+
+    def test_a_copy_evicted_under_a_reader_on_another_node_serves_it_to_the_end(self):
+        # Node 2 holds the only copy (R=1) of a file that node 1 is reading, and evicts it
+        # midway (explicitly here; at capacity its eviction would). A local open file keeps an
+        # evicted file whole; node 1's did not: its next piece found no copy (EIO). Now the
+        # copy is served for a grace after its eviction, and its space comes back after it.
+        c = self.cluster(n=2, replicas=1, capacity="512M")
+        size = 20 << 20  # 10 pieces of 2 MiB; node 1 fetches 4 ahead of its reader
+        data = chunk_bytes("ev", size)
+        c.publish(2, "ev/big", data)
+        c.wait_exists(1, "ev/big", VISIBLE_S)
+        self.assertEqual([h["id"] for h in c.location(1, "ev/big")["holders"]], [2])
+        used = c.nodes[2].mount.status()["used_bytes"]
+        fd = os.open(c.path(1, "ev/big"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead
+            got = [os.pread(fd, 1 << 20, 0)]
+            os.setxattr(c.path(2, "ev/big"), "user.kvfs.evict", b"1")
+            c.wait_gone(1, "ev/big", VISIBLE_S)  # the last copy left: the name is gone
+            off = len(got[0])
+            while off < size:
+                piece = os.pread(fd, 1 << 20, off)
+                self.assertTrue(piece, f"EOF at {off}")
+                got.append(piece)
+                off += len(piece)
+            self.assertTrue(b"".join(got) == data, "node 1 read other bytes")
+        finally:
+            os.close(fd)
+        wait_until(lambda: c.nodes[2].mount.status()["used_bytes"] <= used - size // 2, 15,
+                   what="node 2's space comes back once the grace ends")
+
+    def test_a_copy_sent_back_to_a_node_still_serving_its_evicted_one_is_held(self):
+        # A copy evicted under a peer's reader is served for a grace (the test above). If repair
+        # sends the chunk back meanwhile, that node must take the new copy: answering "already
+        # here" for the retiring one put it on the holder list with no copy once the grace
+        # ended. Node Y is drained, so repair can only send the chunk back to the node that
+        # evicted it.
+        c = self.cluster(n=3, replicas=2)
+        data = chunk_bytes("rp", 4 << 20)
+        c.publish(1, "rp/f", data)
+        holders = [h["id"] for h in c.location(1, "rp/f")["holders"]]
+        self.assertEqual(len(holders), 2, holders)
+        [y] = [k for k in (1, 2, 3) if k not in holders]
+        r = c.kvfsctl("drain", c.path(y))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        c.wait_state(holders[0], y, "draining")
+        c.wait_state(holders[1], y, "draining")
+        c.wait_exists(y, "rp/f", VISIBLE_S)
+        self.assert_content(c, y, "rp/f", "rp", len(data))  # served by the first holder
+        first, other = holders
+        os.setxattr(c.path(first, "rp/f"), "user.kvfs.evict", b"1")
+
+        def holders_again():
+            return sorted(h["id"] for h in c.location(other, "rp/f")["holders"]) == sorted(holders)
+        wait_until(holders_again, 20, 0.1, what=f"repair sends the chunk back to node {first}")
+        time.sleep(7)  # past the grace of the evicted copy
+        self.assertTrue(c.location(first, "rp/f")["local"],
+                        f"node {first} is on the holder list without a copy")
+        self.assert_content(c, first, "rp/f", "rp", len(data))
 
     def test_writers_on_every_node_past_capacity_readers_see_whole_versions(self):
         # Every node publishes over shared names while every node reads them, 2x what the
