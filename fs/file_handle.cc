@@ -205,6 +205,7 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
       } else if (flags & O_TRUNC) {
         truncate_session = session;
       }
+      session->closed = false;  // an open writer again (an O_TRUNC open's setattr follows)
       ++session->handles;
       handle->session = std::move(session);
       handle->can_write = acc != O_RDONLY;
@@ -305,8 +306,7 @@ Status Namespace::Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t 
   return Status::Ok();
 }
 
-Status Namespace::PublishLocked(FileHandle* fh) {
-  WriteSession& s = *fh->session;
+Status Namespace::PublishLocked(WriteSession& s, uint64_t ino) {
   if (!s.dirty) return Status::Ok();
   KVFS_ASSIGN_OR_RETURN(LayoutRef layout, s.writer->Finish());
   s.dirty = false;
@@ -320,7 +320,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
     uint64_t ticket;
     {
       std::lock_guard lock(mu_);
-      Inode* in = Find(fh->ino);
+      Inode* in = Find(ino);
       if (!in) return Status::Ok();
       SetLayout(in, layout);
       in->rec.ctime = Now();
@@ -355,7 +355,7 @@ Status Namespace::PublishLocked(FileHandle* fh) {
     BeforeRetry(attempt);
   }
   // Pages cached from the previous version are stale now (O_DIRECT writes never touched them).
-  if (sink_) sink_->InvalidateInode(fh->ino, true);
+  if (sink_) sink_->InvalidateInode(ino, true);
   return st;
 }
 
@@ -371,7 +371,11 @@ bool Namespace::HeldByDirectoryLocked(const std::vector<kvfs::Link>& names) {
 Status Namespace::Flush(FileHandle* fh) {
   if (!fh->session) return Status::Ok();
   std::lock_guard wl(fh->session->mu);
-  return PublishLocked(fh);
+  Status st = PublishLocked(*fh->session, fh->ino);
+  // Nothing private is left and no open came since: until another handle opens or writes, a
+  // truncate by path is a truncate of the closed file (SetAttrOnce).
+  if (st.ok()) fh->session->closed = true;
+  return st;
 }
 
 Status Namespace::Release(FileHandle* fh) {
@@ -388,7 +392,7 @@ Status Namespace::Release(FileHandle* fh) {
       std::lock_guard lock(mu_);
       last = fh->session->handles <= 1;
     }
-    if (last) st = PublishLocked(fh);
+    if (last) st = PublishLocked(*fh->session, fh->ino);
     if (std::string note; !st.ok() && OpFailureLog().Allow(&note)) {
       spdlog::warn("publish at release of inode {} failed: {}{}", fh->ino, st.ToString(), note);
     }

@@ -468,6 +468,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
   // new version at once (a truncate has no close to wait for).
   std::shared_ptr<WriteSession> session;
   LayoutRef base;
+  bool after_close = false;  // a truncate by path of a session whose writers closed
   if (req.size) {
     std::lock_guard lock(mu_);
     Inode* in = Find(ino);
@@ -479,11 +480,18 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
   }
   if (req.size && session) {
     std::lock_guard wl(session->mu);
+    // The writers closed (their RELEASE, sent after close(2) returned, is on its way) and left
+    // nothing private: the truncate is published at once, as on a closed file. It went into
+    // the session unseen until that RELEASE (`close; truncate; read` read the old bytes).
+    after_close = !(fh && fh->session == session) && session->closed && !session->dirty;
     KVFS_RETURN_IF_ERROR(session->writer->Truncate(*req.size));
     session->size = session->writer->size();
     session->dirty = true;
-    std::lock_guard lock(mu_);  // under the session's lock, as Write sets it
-    if (Inode* in = Find(ino)) in->rec.mtime = Now();
+    {
+      std::lock_guard lock(mu_);  // under the session's lock, as Write sets it
+      if (Inode* in = Find(ino)) in->rec.mtime = Now();
+    }
+    if (after_close) KVFS_RETURN_IF_ERROR(PublishLocked(*session, ino));
   } else if (req.size && (base ? base->size : 0) != *req.size) {
     KVFS_ASSIGN_OR_RETURN(auto writer, store_->NewWriter(base));
     KVFS_RETURN_IF_ERROR(writer->Truncate(*req.size));
@@ -542,7 +550,8 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // cache (O_TRUNC comes here without a handle): the kernel sets i_size from this reply and
     // cuts its cached pages to it, so the reply carries the owner's size and their pages stay
     // intact. The writer's own fstat asks with its handle and sees its size.
-    if (req.size && session && in->cache_handles() > 0 && in->open->cache_view != session->view) {
+    if (req.size && session && !after_close && in->cache_handles() > 0 &&
+        in->open->cache_view != session->view) {
       entry.attr.st_size = static_cast<off_t>(in->open->cache_view_size);
       entry.stable = false;
     }

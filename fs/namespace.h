@@ -408,9 +408,10 @@ class Namespace {
   // Whether a name `rec` takes is held by another object whose change is on its way, or by a
   // file of this node not published yet.
   bool NameBlockedLocked(const ObjectRecord& rec);
-  Status PublishLocked(FileHandle* fh);  // session->mu held
-  void TouchAtime(Inode* in);            // mu_ held
-  void NoteRead(FileHandle* fh);         // a read on fh: atime, without mu_ mostly
+  // Publishes session `s` of inode `ino` when it holds private changes (dirty); s.mu held.
+  Status PublishLocked(WriteSession& s, uint64_t ino);
+  void TouchAtime(Inode* in);     // mu_ held
+  void NoteRead(FileHandle* fh);  // a read on fh: atime, without mu_ mostly
   // namespace_remote.cc, mu_ held: the names whose dentries and the inodes whose caches went
   // stale are appended for the caller to announce after unlocking.
   struct Stale {

@@ -23,6 +23,11 @@ struct WriteSession {
   std::atomic<uint64_t> size{0};  // writer->size(), readable without `mu` for getattr
   uint32_t handles = 0;           // guarded by Namespace::mu_
   uint64_t view = 0;              // its view's id for the page cache (OpenState::cache_view)
+  // Its last event was a close (FLUSH) that left nothing private, and no handle opened it since.
+  // The kernel sends RELEASE after close(2) returns, so a session outlives its writers' closes
+  // for a moment; a truncate by path meanwhile must not go into it unseen (SetAttrOnce). Set
+  // under `mu`; cleared by an open under Namespace::mu_ (which must not take `mu`).
+  std::atomic<bool> closed{false};
 };
 
 // How many FileHandles exist in this process (`open_files` in .kvfs/stats). The kernel sends
