@@ -219,6 +219,53 @@ TEST_F(FilesTest, FallocateExtendsOrSaysUnsupported) {
   EXPECT_EQ(ReadFile(P("fa")), std::string(1 << 20, '\0'));
 }
 
+// What a reader's mapping of `path` shows, mapped with `flags` (MAP_SHARED or MAP_PRIVATE);
+// errno's name when mmap fails.
+std::string MappedBytes(const std::string& path, int flags, int open_flags = O_RDONLY) {
+  int fd = open(path.c_str(), open_flags);
+  if (fd < 0) return std::string("open: ") + strerrorname_np(errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size == 0) {
+    close(fd);
+    return "fstat";
+  }
+  const size_t len = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, len, PROT_READ, flags, fd, 0);
+  const int err = errno;
+  close(fd);  // the mapping outlives the descriptor
+  if (p == MAP_FAILED) return std::string("mmap: ") + strerrorname_np(err);
+  std::string out(static_cast<const char*>(p), len);
+  munmap(p, len);
+  return out;
+}
+
+TEST_F(FilesTest, ReadOnlyMappingsWhereverTheKernelAllowsThem) {
+  // A reader's MAP_SHARED mapping works on a handle that uses the page cache. Handles that
+  // read around it (O_DIRECT, a reader while a writer has the file open, a reader within
+  // kRewriteQuietSeconds of an in-place rewrite) get FUSE's direct I/O, on which this
+  // kernel refuses MAP_SHARED (ENODEV) unless the file system negotiates
+  // FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot (docs/fs.md). MAP_PRIVATE, what the
+  // connectors map with, works on every handle and shows the handle's version.
+  const std::string v1 = RandomBytes(256 * 1024 + 5, 21);
+  WriteFile(P("map"), v1);
+  WaitNoOpenFiles();
+  EXPECT_TRUE(MappedBytes(P("map"), MAP_SHARED) == v1);
+  EXPECT_TRUE(MappedBytes(P("map"), MAP_PRIVATE) == v1);
+  EXPECT_TRUE(MappedBytes(P("map"), MAP_PRIVATE, O_RDONLY | O_DIRECT) == v1);
+  EXPECT_EQ(MappedBytes(P("map"), MAP_SHARED, O_RDONLY | O_DIRECT), "mmap: ENODEV");
+  // A writer open in place: readers keep the published version, privately mapped.
+  int w = open(P("map").c_str(), O_WRONLY);
+  ASSERT_GE(w, 0);
+  const std::string v2 = RandomBytes(v1.size(), 22);
+  ASSERT_EQ(pwrite(w, v2.data(), v2.size(), 0), static_cast<ssize_t>(v2.size()));
+  EXPECT_TRUE(MappedBytes(P("map"), MAP_PRIVATE) == v1);
+  EXPECT_EQ(MappedBytes(P("map"), MAP_SHARED), "mmap: ENODEV");
+  ASSERT_EQ(close(w), 0);
+  WaitNoOpenFiles();
+  // Rewritten in place a moment ago: the new version, privately mapped.
+  EXPECT_TRUE(MappedBytes(P("map"), MAP_PRIVATE) == v2);
+}
+
 TEST_F(FilesTest, MmapPrivatePopulateRead) {
   std::string data = RandomBytes(2 * 1024 * 1024 + 77, 3);
   WriteFile(P("m"), data);
