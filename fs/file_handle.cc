@@ -167,13 +167,25 @@ Result<FileHandle*> Namespace::Open(uint64_t ino, int flags) {
   std::shared_ptr<WriteSession> truncate_session;
   FileHandle* fh = nullptr;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    int acc = flags & O_ACCMODE;
+    if (acc == O_RDONLY && !(flags & (O_TRUNC | O_DIRECT))) {
+      // A writer closed a moment ago and its RELEASE, which the kernel sends after close(2)
+      // returns, is on its way: its session still counts as a writer, and this reader would go
+      // around the page cache (direct_io), where a MAP_SHARED mapping fails with ENODEV
+      // (`write; close; mmap` failed so 2-8 times in 2,000 here). Its session ends in a moment:
+      // wait for that, within kReleaseWait (a descriptor dup'd before the close, or a mapping,
+      // keeps the session longer: then the reader goes around the cache as before).
+      sessions_cv_.wait_for(lock, kReleaseWait, [&] {
+        const Inode* in = Find(ino);
+        return !in || !in->writing() || !in->writing()->closed;
+      });
+    }
     Inode* in = Find(ino);
     if (!in) return Status::NotFound("no such inode");
     if (in->dir) return Status::Error(EISDIR, "is a directory");
     if (in->rec.type != ObjectType::kFile) return Status::Error(ELOOP, "not a regular file");
     if (!in->linked) return Status::Error(ESTALE, "file was removed");  // see GetAttr
-    int acc = flags & O_ACCMODE;
     auto handle = std::make_unique<FileHandle>();
     handle->ino = ino;
     if (acc == O_RDONLY && !(flags & O_TRUNC)) {
@@ -285,6 +297,7 @@ Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_
   KVFS_RETURN_IF_ERROR(fh->session->writer->Write(offset, data, len));
   fh->session->size = fh->session->writer->size();
   fh->session->dirty = true;
+  fh->session->closed = false;
   // Still under the session's lock: a flush of another handle of the session (which publishes
   // holding it) either sees these bytes and this time, or neither. Set after the lock, the
   // time could miss the publish that took the bytes, and the tree kept a time the journal (or
@@ -302,6 +315,7 @@ Status Namespace::Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t 
     KVFS_RETURN_IF_ERROR(fh->session->writer->Truncate(offset + len));
     fh->session->size = offset + len;
     fh->session->dirty = true;
+    fh->session->closed = false;
   }
   return Status::Ok();
 }
@@ -403,6 +417,7 @@ Status Namespace::Release(FileHandle* fh) {
     Inode* in = Find(fh->ino);
     if (!in) return st;
     CloseHandleOf(in, *fh);
+    if (fh->session && fh->session->handles == 0) sessions_cv_.notify_all();
     reset = ResetAfterWriterLocked(in);
     ReleaseUnreachableData(in);
     MaybeDrop(in);

@@ -487,6 +487,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     KVFS_RETURN_IF_ERROR(session->writer->Truncate(*req.size));
     session->size = session->writer->size();
     session->dirty = true;
+    session->closed = after_close;  // published below: still nothing private
     {
       std::lock_guard lock(mu_);  // under the session's lock, as Write sets it
       if (Inode* in = Find(ino)) in->rec.mtime = Now();

@@ -41,6 +41,8 @@ constexpr size_t kNameMax = 255;
 // A file rewritten in place this recently is read with direct I/O rather than through the
 // kernel's page cache (see Namespace::ChooseCacheMode).
 constexpr int64_t kRewriteQuietSeconds = 5;
+// How long a reader's open waits for a closed writer's RELEASE (Namespace::Open).
+constexpr std::chrono::milliseconds kReleaseWait{200};
 // Names the namespace refuses in the root: the control directory lives there.
 constexpr std::string_view kControlDirName = ".kvfs";
 
@@ -484,6 +486,7 @@ class Namespace {
   // the writer's close publishes them. Run at its last close if it made no change of them.
   std::unordered_map<ObjectId, ResetOrigin> resets_behind_writer_;
   std::condition_variable in_flight_cv_;  // with mu_: a batch left in_flight_
+  std::condition_variable sessions_cv_;   // with mu_: a write session lost its last handle
   // Other nodes' records that would have taken a name held by an object of an in-flight batch
   // or by a file not published yet (ClaimNameLocked), by id: applied when that batch is
   // answered or that file leaves the name, unless a newer state of theirs (a put, a removal, a

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "mount_fixture.h"
 
@@ -264,6 +265,26 @@ TEST_F(FilesTest, ReadOnlyMappingsWhereverTheKernelAllowsThem) {
   WaitNoOpenFiles();
   // Rewritten in place a moment ago: the new version, privately mapped.
   EXPECT_TRUE(MappedBytes(P("map"), MAP_PRIVATE) == v2);
+}
+
+TEST_F(FilesTest, AReaderRightAfterAWritersCloseMapsTheFileShared) {
+  // The kernel sends RELEASE after close(2) returns; a reader opening in between found the
+  // session still writing, went around the page cache, and its MAP_SHARED mapping failed
+  // with ENODEV (`write; close; mmap` 2-8 times in 2,000). A dup'd descriptor holds the
+  // session open past the first close here, as a late RELEASE does.
+  const std::string data = RandomBytes(64 * 1024 + 3, 23);
+  int w = open(P("wc").c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(write(w, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  int w2 = dup(w);
+  ASSERT_GE(w2, 0);
+  ASSERT_EQ(close(w), 0);  // FLUSH publishes; the session lives on with w2
+  std::string mapped;
+  std::thread reader([&] { mapped = MappedBytes(P("wc"), MAP_SHARED); });
+  usleep(20 * 1000);
+  ASSERT_EQ(close(w2), 0);  // the RELEASE: the session ends
+  reader.join();
+  EXPECT_TRUE(mapped == data) << mapped.substr(0, 40);
 }
 
 TEST_F(FilesTest, MmapPrivatePopulateRead) {
