@@ -550,7 +550,8 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // A truncate of a private writer's view while readers of a published version own the page
     // cache (O_TRUNC comes here without a handle): the kernel sets i_size from this reply and
     // cuts its cached pages to it, so the reply carries the owner's size and their pages stay
-    // intact. The writer's own fstat asks with its handle and sees its size.
+    // intact. The writer's own fstat gets that size too while they own it (this kernel sends
+    // fstat's getattr without a handle; docs/fs.md, "Sizes while writing").
     if (req.size && session && !after_close && in->cache_handles() > 0 &&
         in->open->cache_view != session->view) {
       entry.attr.st_size = static_cast<off_t>(in->open->cache_view_size);

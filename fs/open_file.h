@@ -25,8 +25,9 @@ struct WriteSession {
   uint64_t view = 0;              // its view's id for the page cache (OpenState::cache_view)
   // Its last event was a close (FLUSH) that left nothing private, and no handle opened it since.
   // The kernel sends RELEASE after close(2) returns, so a session outlives its writers' closes
-  // for a moment; a truncate by path meanwhile must not go into it unseen (SetAttrOnce). Set
-  // under `mu`; cleared by an open under Namespace::mu_ (which must not take `mu`).
+  // for a moment: a truncate by path meanwhile is published at once (SetAttrOnce), and a
+  // reader's open waits for that RELEASE (Open). Set under `mu`; cleared by an open under
+  // Namespace::mu_ (which must not take `mu`).
   std::atomic<bool> closed{false};
 };
 

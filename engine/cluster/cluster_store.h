@@ -177,6 +177,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     ObjectId local_id = kInvalidId;
   };
   PeerCopy CopyForPeer(uint64_t chunk);
+  // The stream a peer's read reports to the eviction policy (a local reader's is its pid; no
+  // pid is this large).
+  static constexpr uint64_t kPeerReadStream = ~uint64_t{0};
   // mu_ held: keeps `local` served for kRetireGrace; copies past the budget (oldest first)
   // go to `freed`, which the caller releases after mu_.
   void RetireLocked(uint64_t chunk, LayoutRef local, std::vector<LayoutRef>* freed);
@@ -214,8 +217,6 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // The engine evicted or dropped a held copy: it stops being held at once, so the space is
   // free when the engine's writer that evicted it retries; the holder lists follow later.
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
-  // The stream a peer's read reports (a local reader's is its pid; no pid is this large).
-  static constexpr uint64_t kPeerReadStream = ~uint64_t{0};
   void HandleLocalLosses();
   // Takes this node out of the holder list of `record` (its copy is gone); the record goes
   // when no holder is left.
