@@ -170,6 +170,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void DropHolding(uint64_t chunk, const char* why);
   // The local copy of `chunk` (with retiring, also one dropped within kRetireGrace), or null.
   LayoutRef HeldLayout(uint64_t chunk, bool retiring = true) const;
+  LayoutRef RetiringLocked(uint64_t chunk) const;  // mu_ held: a retiring copy, or null
   // HeldLayout for a peer's GET, which it stamps (Holding::peer_read); `local_id` is the
   // engine id of a held copy (kInvalidId for a retiring one).
   struct PeerCopy {

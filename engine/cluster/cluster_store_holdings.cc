@@ -84,7 +84,10 @@ LayoutRef ClusterStore::HeldLayout(uint64_t chunk, bool retiring) const {
   std::lock_guard lock(mu_);
   auto it = held_.find(chunk);
   if (it != held_.end()) return it->second.local;
-  if (!retiring) return nullptr;
+  return retiring ? RetiringLocked(chunk) : nullptr;
+}
+
+LayoutRef ClusterStore::RetiringLocked(uint64_t chunk) const {
   for (const Retiring& r : retiring_)
     if (r.chunk == chunk) return r.local;
   return nullptr;
@@ -97,9 +100,7 @@ ClusterStore::PeerCopy ClusterStore::CopyForPeer(uint64_t chunk) {
     it->second.peer_read = std::chrono::steady_clock::now();
     return {it->second.local, it->second.local_id};
   }
-  for (const Retiring& r : retiring_)
-    if (r.chunk == chunk) return {r.local, kInvalidId};
-  return {};
+  return {RetiringLocked(chunk), kInvalidId};
 }
 
 void ClusterStore::ExpireRetiring() {
