@@ -469,6 +469,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
   std::shared_ptr<WriteSession> session;
   LayoutRef base;
   bool after_close = false;  // a truncate by path of a session whose writers closed
+  bool same_size = false;    // a truncate of a closed file to the size it has
   if (req.size) {
     std::lock_guard lock(mu_);
     Inode* in = Find(ino);
@@ -477,6 +478,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     if (in->rec.type != ObjectType::kFile) return Status::Invalid("not a regular file");
     session = (fh && fh->session) ? fh->session : in->writing();
     base = in->rec.layout;
+    same_size = !session && in->rec.size() == *req.size;
   }
   if (req.size && session) {
     std::lock_guard wl(session->mu);
@@ -540,6 +542,10 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
       in->rec.mtime = req.mtime == SetAttrRequest::Time::kNow ? now : req.mtime_value;
       changed = true;
     }
+    // The kernel sends an O_TRUNC open's truncate (no atomic O_TRUNC) as a size alone, like
+    // truncate(2)'s: one that changes no size still moves mtime, as open(2) requires of
+    // O_TRUNC and as ext4 does for both (`: > empty` and `touch` agree).
+    if (same_size) in->rec.mtime = now, changed = true;
     if (changed || req.size) in->rec.ctime = now;
     if (changed && in->journaled && in->rec.id != kRootId) {
       batch.puts.push_back(RecordOf(in));

@@ -207,6 +207,37 @@ TEST_F(FilesTest, TruncateByPathAfterAWritersCloseIsSeenAtOnce) {
   EXPECT_EQ(ReadFile(P("tc")), "X123");
 }
 
+TEST_F(FilesTest, TruncatesThatKeepTheSizeStillMoveMtime) {
+  // open(2) marks mtime and ctime for update on O_TRUNC of an existing file, size changed or
+  // not; the kernel sends that truncate as a size alone, as it sends truncate(2)'s (for which
+  // ext4 moves both too). Old times first, so that "moved" needs no sleep.
+  WriteFile(P("empty"), "");
+  WriteFile(P("four"), "0123");
+  WaitNoOpenFiles();
+  const struct timespec old[2] = {{1000, 0}, {2000, 0}};
+  for (const char* name : {"empty", "four"}) {
+    ASSERT_EQ(utimensat(AT_FDCWD, P(name).c_str(), old, 0), 0);
+  }
+  int fd = open(P("empty").c_str(), O_RDONLY | O_TRUNC);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(close(fd), 0);
+  ASSERT_EQ(truncate(P("four").c_str(), 4), 0);
+  auto check = [&](const char* when) {
+    for (const char* name : {"empty", "four"}) {
+      struct stat st;
+      ASSERT_EQ(stat(P(name).c_str(), &st), 0);
+      EXPECT_GT(st.st_mtim.tv_sec, 1000000000) << name << " " << when;
+      EXPECT_GE(st.st_ctim.tv_sec, st.st_mtim.tv_sec) << name << " " << when;
+    }
+    EXPECT_EQ(ReadFile(P("four")), "0123");
+  };
+  check("after the truncates");
+  if (memory_store()) return;  // persists nothing
+  ASSERT_EQ(Stop(), 0) << DaemonLog();
+  Start();
+  check("after a restart");
+}
+
 TEST_F(FilesTest, FallocateExtendsOrSaysUnsupported) {
   int fd = open(P("fa").c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
