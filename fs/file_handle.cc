@@ -290,7 +290,20 @@ Result<ReadView> Namespace::ReadSpans(FileHandle* fh, uint64_t offset, size_t le
   return view;
 }
 
-Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_t len) {
+uint32_t Namespace::SetIdBitsDropped(uint32_t mode, uint32_t gid, const Caller& who) {
+  if (who.uid == 0 || !(mode & (S_ISUID | S_ISGID))) return 0;
+  uint32_t drop = mode & S_ISUID;
+  // Without S_IXGRP, S_ISGID stays for a member of the file's group (VFS
+  // setattr_should_drop_sgid).
+  if ((mode & S_ISGID) &&
+      ((mode & S_IXGRP) || (who.gid != gid && !(who.in_group && who.in_group(gid))))) {
+    drop |= S_ISGID;
+  }
+  return drop;
+}
+
+Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_t len,
+                        const Caller& who) {
   if (!fh->can_write || !fh->session) return Status::Error(EBADF, "not open for writing");
   std::lock_guard wl(fh->session->mu);
   if (fh->append) offset = fh->session->writer->size();
@@ -302,8 +315,19 @@ Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_
   // holding it) either sees these bytes and this time, or neither. Set after the lock, the
   // time could miss the publish that took the bytes, and the tree kept a time the journal (or
   // etcd) never had: the session was clean, so no publish followed.
-  std::lock_guard lock(mu_);
-  if (Inode* in = Find(fh->ino)) in->rec.mtime = in->rec.ctime = Now();
+  bool dropped = false;
+  {
+    std::lock_guard lock(mu_);
+    if (Inode* in = Find(fh->ino)) {
+      in->rec.mtime = in->rec.ctime = Now();
+      // Published with the data (the session is dirty); the kernel's cached mode goes stale.
+      if (uint32_t drop = SetIdBitsDropped(in->rec.mode, in->rec.gid, who)) {
+        in->rec.mode &= ~drop;
+        dropped = true;
+      }
+    }
+  }
+  if (dropped && sink_) sink_->InvalidateInode(fh->ino, false);
   return Status::Ok();
 }
 
@@ -314,9 +338,13 @@ Status Namespace::Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t 
   if (offset + len > fh->session->writer->size()) {
     KVFS_RETURN_IF_ERROR(fh->session->writer->Truncate(offset + len));
     fh->session->size = offset + len;
-    fh->session->dirty = true;
-    fh->session->closed = false;
   }
+  // Times move as for a write (ext4 moves them for any fallocate, inside the size too); dirty
+  // so that the publish carries them.
+  fh->session->dirty = true;
+  fh->session->closed = false;
+  std::lock_guard lock(mu_);  // under the session's lock, as Write sets them
+  if (Inode* in = Find(fh->ino)) in->rec.mtime = in->rec.ctime = Now();
   return Status::Ok();
 }
 

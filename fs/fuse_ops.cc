@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -43,6 +44,23 @@ void ReplyNegative(fuse_req_t req) {
 
 void ReplyAttr(fuse_req_t req, const EntryInfo& e) {
   fuse_reply_attr(req, &e.attr, e.stable ? kStableTimeout : kVolatileTimeout);
+}
+
+// The caller of a write or truncate (namespace.h, Caller). Its supplementary groups are read
+// only if a set-id bit depends on them; when they cannot be read the bit goes (the safe side).
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* who = fuse_req_ctx(req);
+  return Caller{who->uid, who->gid, [req](uint32_t gid) {
+                  std::vector<gid_t> groups(32);
+                  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+                  if (n > static_cast<int>(groups.size())) {
+                    groups.resize(static_cast<size_t>(n));
+                    n = fuse_req_getgroups(req, n, groups.data());
+                  }
+                  if (n < 0) return false;
+                  groups.resize(std::min(groups.size(), static_cast<size_t>(n)));
+                  return std::find(groups.begin(), groups.end(), gid) != groups.end();
+                }};
 }
 
 template <typename T>
@@ -125,6 +143,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     r.mtime = SetAttrRequest::Time::kSet;
     r.mtime_value = {attr->st_mtim.tv_sec, attr->st_mtim.tv_nsec};
   }
+  if (r.size) r.who = CallerOf(req);
   FileHandle* fh = fi ? HandleOf<FileHandle>(fi) : nullptr;
   auto e = c.ns->SetAttr(ino, r, fh);
   if (!e.ok()) return ReplyStatus(req, e.status());
@@ -261,7 +280,7 @@ void OnWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_
     if (!n.ok()) return ReplyStatus(req, n.status());
     return (void)fuse_reply_write(req, *n);
   }
-  Status st = c.ns->Write(HandleOf<FileHandle>(fi), off, data, size);
+  Status st = c.ns->Write(HandleOf<FileHandle>(fi), off, data, size, CallerOf(req));
   if (!st.ok()) {
     if (std::string note; st.err() != ENOSPC && OpFailureLog().Allow(&note)) {
       spdlog::warn("write to inode {} failed: {}{}", ino, st.ToString(), note);

@@ -546,6 +546,12 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // truncate(2)'s: one that changes no size still moves mtime, as open(2) requires of
     // O_TRUNC and as ext4 does for both (`: > empty` and `touch` agree).
     if (same_size) in->rec.mtime = now, changed = true;
+    if (req.size) {
+      if (uint32_t drop = SetIdBitsDropped(in->rec.mode, in->rec.gid, req.who)) {
+        in->rec.mode &= ~drop;
+        changed = true;
+      }
+    }
     if (changed || req.size) in->rec.ctime = now;
     if (changed && in->journaled && in->rec.id != kRootId) {
       batch.puts.push_back(RecordOf(in));

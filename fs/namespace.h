@@ -117,12 +117,24 @@ struct EntryInfo {
   bool stable = false;  // published and not being written: the kernel may cache it long
 };
 
+// Who writes or truncates: a caller without CAP_FSETID (any uid but 0: a FUSE daemon sees no
+// capabilities) takes a file's set-id bits away, as on ext4. The kernel drops them itself
+// before a write through the page cache, but not for direct_io writes (O_APPEND, O_DIRECT),
+// and it keeps an S_ISGID without S_IXGRP that the VFS drops for a caller outside the group.
+struct Caller {
+  uint32_t uid = 0, gid = 0;
+  // Whether the caller has this supplementary group; asked only when it decides (reading them
+  // costs a /proc read).
+  std::function<bool(uint32_t gid)> in_group;
+};
+
 struct SetAttrRequest {
   std::optional<uint32_t> mode, uid, gid;
   std::optional<uint64_t> size;
   enum class Time { kKeep, kNow, kSet };
   Time atime = Time::kKeep, mtime = Time::kKeep;
   Timespec64 atime_value, mtime_value;
+  Caller who;  // for a size change (see Caller)
 };
 
 // lookups/hits/misses: the LOOKUP requests kvfs answered (the kernel answers repeats from its
@@ -240,12 +252,16 @@ class Namespace {
   Result<size_t> Read(FileHandle* fh, uint64_t offset, void* out, size_t len);
   // The same bytes as verified spans of store buffers (no copy), for a spliced reply.
   Result<ReadView> ReadSpans(FileHandle* fh, uint64_t offset, size_t len);
-  Status Write(FileHandle* fh, uint64_t offset, const void* data, size_t len);
+  Status Write(FileHandle* fh, uint64_t offset, const void* data, size_t len,
+               const Caller& who = {});
   // Publishes the handle's session if it changed: Finish() then one Apply. close(2) waits on it.
   Status Flush(FileHandle* fh);
   // Publishes if still dirty, then frees the handle.
   Status Release(FileHandle* fh);
   Status Fallocate(FileHandle* fh, int mode, uint64_t offset, uint64_t len);
+  // The set-id bits of a file with `mode` and group `gid` that a write or truncate by `who`
+  // drops (Caller).
+  static uint32_t SetIdBitsDropped(uint32_t mode, uint32_t gid, const Caller& who);
 
   const LookupCounters& counters() const { return counters_; }
   size_t inode_count();

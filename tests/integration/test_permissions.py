@@ -39,13 +39,28 @@ try:
     elif op == "unlink":
         os.unlink(path)
         print("ok")
+    elif op in ("pwrite", "append", "direct"):
+        flags = os.O_WRONLY | {"pwrite": 0, "append": os.O_APPEND, "direct": os.O_DIRECT}[op]
+        fd = os.open(path, flags)
+        if op == "direct":  # an aligned buffer
+            import mmap
+            buf = mmap.mmap(-1, 4096)
+            buf.write(b"d" * 4096)
+            os.pwrite(fd, buf, 0)
+        else:
+            os.pwrite(fd, b"x", 0) if op == "pwrite" else os.write(fd, b"x")
+        os.close(fd)
+        print("ok")
+    elif op == "truncate":
+        os.truncate(path, 1)
+        print("ok")
 except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)))
 """
 
 
-def as_nobody(op, path):
-    r = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY),
+def as_nobody(op, path, uid=NOBODY):
+    r = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid),
                         "--clear-groups", sys.executable, "-c", PROBE, op, path],
                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
@@ -142,6 +157,35 @@ class OtherUid(unittest.TestCase):
         write_file_atomic(os.path.join(shared, "roots"), b"root's")
         self.assertEqual(as_nobody("unlink", os.path.join(shared, "roots")), "EPERM")
         self.assertEqual(as_nobody("unlink", mine), "ok")
+
+    def test_writes_by_another_uid_drop_set_id_bits(self):
+        """A write or truncate by a caller without CAP_FSETID drops S_ISUID, and S_ISGID where
+        the VFS does (with S_IXGRP, or for a caller outside the file's group), as on ext4;
+        the kernel does it for writes through the page cache only, kvfs for the rest."""
+        m = self.mount("allow_other")
+        os.chmod(m.mnt, 0o777)
+        cases = [  # (op, mode before, uid writing, mode after)
+            ("pwrite", 0o6777, NOBODY, 0o777),
+            ("append", 0o6777, NOBODY, 0o777),     # direct_io: kvfs's to drop
+            ("direct", 0o6777, NOBODY, 0o777),     # O_DIRECT: the same
+            ("pwrite", 0o2767, NOBODY, 0o767),     # S_ISGID without S_IXGRP, not a member
+            ("truncate", 0o2767, NOBODY, 0o767),
+            ("pwrite", 0o2767, 1000, 0o2767),      # a member of the file's group keeps it
+            ("append", 0o6777, 0, 0o6777),         # root (CAP_FSETID) keeps both
+        ]
+        for i, (op, before, uid, _) in enumerate(cases):
+            path = m.path(f"f{i}")
+            with open(path, "wb") as f:
+                f.write(b"0" * 8192)
+            os.chown(path, 1000, 1000)
+            os.chmod(path, before)
+            self.assertEqual(as_nobody(op, path, uid), "ok", (op, oct(before), uid))
+        for when in ("after the writes", "after a remount"):
+            for i, (op, before, uid, after) in enumerate(cases):
+                self.assertEqual(oct(os.stat(m.path(f"f{i}")).st_mode & 0o7777), oct(after),
+                                 f"{op} by uid {uid} of a {oct(before)} file, {when}")
+            if when == "after the writes":
+                m.remount()
 
 
 if __name__ == "__main__":
