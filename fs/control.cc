@@ -169,6 +169,7 @@ Result<ControlHandle*> Control::Open(uint64_t ino, int flags) {
   } else if (ino != kCtlIno) {
     return Status::NotFound("no such control file");
   }
+  h->write_only = acc == O_WRONLY;
   return h.release();
 }
 
@@ -190,6 +191,9 @@ Result<size_t> Control::Write(ControlHandle* h, const char* data, size_t len) {
   std::string line(data, len);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   nlohmann::json reply = Execute(line);
+  if (h->write_only && !reply.value("ok", false)) {
+    return Status::Error(reply.value("errno", EIO), reply.value("error", std::string("failed")));
+  }
   std::lock_guard lock(h->mu);
   h->content = JsonText(reply) + "\n";
   h->cursor = 0;

@@ -40,6 +40,9 @@ struct ControlHandle {
   uint64_t ino = 0;
   std::string content;  // snapshot (status, stats) or the last ctl reply
   size_t cursor = 0;    // ctl: the next reply byte a read returns, whatever the offset
+  // ctl opened write-only (`echo sync > .kvfs/ctl`): no reply can be read, so a command that
+  // fails fails the write with its errno.
+  bool write_only = false;
   std::mutex mu;
 };
 

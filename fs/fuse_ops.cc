@@ -125,7 +125,15 @@ void OnGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   FsContext& c = Ctx(req);
-  if (Control::Owns(ino)) return Err(req, EPERM);
+  if (Control::Owns(ino)) {
+    // The truncate of an O_TRUNC open: `echo sync > .kvfs/ctl` runs the command (its reply,
+    // read on the same descriptor, is not wanted there) instead of failing with EPERM.
+    if (ino != Control::kCtlIno || to_set != FUSE_SET_ATTR_SIZE || attr->st_size != 0)
+      return Err(req, EPERM);
+    auto e = c.control->GetAttr(ino);
+    if (!e.ok()) return ReplyStatus(req, e.status());
+    return ReplyAttr(req, *e);
+  }
   SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;

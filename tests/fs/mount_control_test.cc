@@ -79,6 +79,27 @@ TEST_F(ControlTest, CtlIsTransactionalOnOneFd) {
   EXPECT_EQ(open(P(".kvfs/status").c_str(), O_WRONLY), -1);
 }
 
+TEST_F(ControlTest, CtlTakesACommandFromAShellRedirect) {
+  // `echo sync > .kvfs/ctl`: the O_TRUNC open's truncate is accepted (it was EPERM), and with
+  // no reply to read, a command that fails fails the write with its errno.
+  auto redirect = [&](const std::string& line) {
+    int fd = open(P(".kvfs/ctl").c_str(), O_WRONLY | O_TRUNC);
+    if (fd < 0) return std::string("open: ") + strerrorname_np(errno);
+    ssize_t n = write(fd, line.data(), line.size());
+    std::string what = n == static_cast<ssize_t>(line.size()) ? "ok" : strerrorname_np(errno);
+    close(fd);
+    return what;
+  };
+  EXPECT_EQ(redirect("sync\n"), "ok");
+  EXPECT_EQ(redirect("frobnicate\n"), "EINVAL");
+  EXPECT_EQ(redirect("drain 99999999\n"), "EINVAL");
+  // The control files still refuse other changes.
+  EXPECT_EQ(truncate(P(".kvfs/ctl").c_str(), 5), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(chmod(P(".kvfs/ctl").c_str(), 0600), -1);
+  EXPECT_EQ(errno, EPERM);
+}
+
 TEST_F(ControlTest, FileXattrs) {
   WriteFile(P("x"), std::string(3 << 20, 'q'));
   char buf[65536];
