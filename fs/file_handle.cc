@@ -315,19 +315,25 @@ Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_
   // holding it) either sees these bytes and this time, or neither. Set after the lock, the
   // time could miss the publish that took the bytes, and the tree kept a time the journal (or
   // etcd) never had: the session was clean, so no publish followed.
-  bool dropped = false;
+  uint32_t mode = 0, gid = 0;
   {
     std::lock_guard lock(mu_);
-    if (Inode* in = Find(fh->ino)) {
-      in->rec.mtime = in->rec.ctime = Now();
-      // Published with the data (the session is dirty); the kernel's cached mode goes stale.
-      if (uint32_t drop = SetIdBitsDropped(in->rec.mode, in->rec.gid, who)) {
-        in->rec.mode &= ~drop;
-        dropped = true;
-      }
-    }
+    Inode* in = Find(fh->ino);
+    if (!in) return Status::Ok();
+    in->rec.mtime = in->rec.ctime = Now();
+    mode = in->rec.mode;
+    gid = in->rec.gid;
   }
-  if (dropped && sink_) sink_->InvalidateInode(fh->ino, false);
+  // Outside the namespace lock: the decision may read the caller's groups from /proc.
+  const uint32_t drop = SetIdBitsDropped(mode, gid, who);
+  if (drop == 0) return Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    Inode* in = Find(fh->ino);
+    if (!in) return Status::Ok();
+    in->rec.mode &= ~drop;  // published with the data: the session is dirty
+  }
+  if (sink_) sink_->InvalidateInode(fh->ino, false);  // the kernel's cached mode is stale
   return Status::Ok();
 }
 
