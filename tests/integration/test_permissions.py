@@ -59,9 +59,12 @@ except OSError as e:
 """
 
 
-def as_nobody(op, path, uid=NOBODY):
-    r = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid),
-                        "--clear-groups", sys.executable, "-c", PROBE, op, path],
+def as_nobody(op, path, uid=NOBODY, groups=None):
+    """Runs the probe as uid (default: nobody), its gid the same number, with supplementary
+    groups `groups` (default: none)."""
+    group_args = ["--groups", ",".join(map(str, groups))] if groups else ["--clear-groups"]
+    r = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), *group_args,
+                        sys.executable, "-c", PROBE, op, path],
                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise AssertionError(f"probe failed ({r.returncode}): {r.stderr}")
@@ -164,24 +167,26 @@ class OtherUid(unittest.TestCase):
         the kernel does it for writes through the page cache only, kvfs for the rest."""
         m = self.mount("allow_other")
         os.chmod(m.mnt, 0o777)
-        cases = [  # (op, mode before, uid writing, mode after)
-            ("pwrite", 0o6777, NOBODY, 0o777),
-            ("append", 0o6777, NOBODY, 0o777),     # direct_io: kvfs's to drop
-            ("direct", 0o6777, NOBODY, 0o777),     # O_DIRECT: the same
-            ("pwrite", 0o2767, NOBODY, 0o767),     # S_ISGID without S_IXGRP, not a member
-            ("truncate", 0o2767, NOBODY, 0o767),
-            ("pwrite", 0o2767, 1000, 0o2767),      # a member of the file's group keeps it
-            ("append", 0o6777, 0, 0o6777),         # root (CAP_FSETID) keeps both
+        cases = [  # (op, mode before, uid writing, its supplementary groups, mode after)
+            ("pwrite", 0o6777, NOBODY, None, 0o777),
+            ("append", 0o6777, NOBODY, None, 0o777),      # direct_io: kvfs's to drop
+            ("direct", 0o6777, NOBODY, None, 0o777),      # O_DIRECT: the same
+            ("pwrite", 0o2767, NOBODY, None, 0o767),      # S_ISGID without S_IXGRP, not a member
+            ("truncate", 0o2767, NOBODY, None, 0o767),
+            ("pwrite", 0o2767, 1000, None, 0o2767),       # a member of the file's group keeps it
+            ("append", 0o2767, NOBODY, [1000], 0o2767),   # a member by a supplementary group too
+            ("append", 0o2767, NOBODY, [12345], 0o767),   # another group is not the file's
+            ("append", 0o6777, 0, None, 0o6777),          # root (CAP_FSETID) keeps both
         ]
-        for i, (op, before, uid, _) in enumerate(cases):
+        for i, (op, before, uid, groups, _) in enumerate(cases):
             path = m.path(f"f{i}")
             with open(path, "wb") as f:
                 f.write(b"0" * 8192)
             os.chown(path, 1000, 1000)
             os.chmod(path, before)
-            self.assertEqual(as_nobody(op, path, uid), "ok", (op, oct(before), uid))
+            self.assertEqual(as_nobody(op, path, uid, groups), "ok", (op, oct(before), uid))
         for when in ("after the writes", "after a remount"):
-            for i, (op, before, uid, after) in enumerate(cases):
+            for i, (op, before, uid, groups, after) in enumerate(cases):
                 self.assertEqual(oct(os.stat(m.path(f"f{i}")).st_mode & 0o7777), oct(after),
                                  f"{op} by uid {uid} of a {oct(before)} file, {when}")
             if when == "after the writes":
