@@ -327,6 +327,7 @@ Status Namespace::Write(FileHandle* fh, uint64_t offset, const void* data, size_
   // Outside the namespace lock: the decision may read the caller's groups from /proc.
   const uint32_t drop = SetIdBitsDropped(mode, gid, who);
   if (drop == 0) return Status::Ok();
+  fh->session->setid_dropped.fetch_or(drop);
   {
     std::lock_guard lock(mu_);
     Inode* in = Find(fh->ino);
@@ -372,6 +373,7 @@ Status Namespace::PublishLocked(WriteSession& s, uint64_t ino) {
       if (!in) return Status::Ok();
       SetLayout(in, layout);
       in->rec.ctime = Now();
+      in->rec.mode &= ~s.setid_dropped.load();
       // An unlinked file publishes nowhere: its holders keep their own view until they close
       // (also when another node's unlink, or rename over it, came first).
       if (!in->linked) {

@@ -531,7 +531,11 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     if (!in) return Status::NotFound("no such inode");
     Timespec64 now = Now();
     bool changed = false;
-    if (req.mode) in->rec.mode = *req.mode & 07777, changed = true;
+    if (req.mode) {
+      in->rec.mode = *req.mode & 07777, changed = true;
+      // This node's chmod after a write's drop decides (Namespace::Write).
+      if (const auto& writing = in->writing()) writing->setid_dropped = 0;
+    }
     if (req.uid) in->rec.uid = *req.uid, changed = true;
     if (req.gid) in->rec.gid = *req.gid, changed = true;
     if (req.atime != SetAttrRequest::Time::kKeep) {

@@ -29,6 +29,10 @@ struct WriteSession {
   // reader's open waits for that RELEASE (Open). Set under `mu`; cleared by an open under
   // Namespace::mu_ (which must not take `mu`).
   std::atomic<bool> closed{false};
+  // Set-id bits a write of this session dropped (Namespace::Write): each publish drops them
+  // again, since another node's change to the record, applied meanwhile, brings back the mode
+  // it had (and the new bytes would go out under the old bits). A chmod here clears it.
+  std::atomic<uint32_t> setid_dropped{0};
 };
 
 // How many FileHandles exist in this process (`open_files` in .kvfs/stats). The kernel sends

@@ -321,5 +321,55 @@ TEST(NamespaceRemoteTest, ADirectoryWaitingForANewFilesNameTakesItWhenTheFileGoe
   EXPECT_FALSE(ns.Lookup(kRootId, "b").ok());
 }
 
+// A write by another uid drops a file's set-id bits in this node's tree (Namespace::Write),
+// and its publish carries the mode. Another node's change to the record (an xattr, say),
+// applied before that publish, brings the old mode back: the publish must drop the bits again,
+// or the new bytes go out set-user-ID under the record every node applies.
+TEST(NamespaceRemoteTest, APublishDropsAgainTheSetIdBitsItsWritesDropped) {
+  SharedMemoryStore store;
+  RecordingSink sink;
+  Namespace ns(&store, &sink);
+  ASSERT_TRUE(ns.Load().ok());
+  const ObjectId kF = (9ull << 48) | 1;
+  ObjectRecord tool = RemoteRecord(kF, kRootId, "tool", ObjectType::kFile, 10);
+  tool.mode = 06777;
+  tool.uid = tool.gid = 1000;
+  ns.ApplyRemoteChanges({tool}, {});
+  auto e = ns.Lookup(kRootId, "tool");
+  ASSERT_TRUE(e.ok());
+  const uint64_t ino = e->attr.st_ino;
+  auto fh = ns.Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(ns.Write(*fh, 0, "payload", 7, Caller{65534, 65534, nullptr}).ok());
+  EXPECT_EQ(ns.GetAttr(ino)->attr.st_mode & 07777, 0777u);
+  ObjectRecord changed_elsewhere = tool;
+  changed_elsewhere.revision = 11;
+  ns.ApplyRemoteChanges({changed_elsewhere}, {});
+  ASSERT_TRUE(ns.Flush(*fh).ok());
+  ASSERT_TRUE(ns.Release(*fh).ok());
+  EXPECT_EQ(ns.GetAttr(ino)->attr.st_mode & 07777, 0777u);
+  bool published = false;
+  for (const ObjectRecord& r : store.Records()) {
+    if (r.id != kF) continue;
+    published = true;
+    EXPECT_EQ(r.mode & 07777, 0777u) << "the record other nodes apply";
+  }
+  EXPECT_TRUE(published);
+  // The owner's chmod after such a write decides, as on a local file system.
+  SetAttrRequest setid;
+  setid.mode = 06777;
+  ASSERT_TRUE(ns.SetAttr(ino, setid, nullptr).ok());
+  auto again = ns.Open(ino, O_WRONLY);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(ns.Write(*again, 0, "p", 1, Caller{65534, 65534, nullptr}).ok());
+  EXPECT_EQ(ns.GetAttr(ino)->attr.st_mode & 07777, 0777u);
+  SetAttrRequest chmod;
+  chmod.mode = 04755;
+  ASSERT_TRUE(ns.SetAttr(ino, chmod, nullptr).ok());
+  ASSERT_TRUE(ns.Flush(*again).ok());
+  ASSERT_TRUE(ns.Release(*again).ok());
+  EXPECT_EQ(ns.GetAttr(ino)->attr.st_mode & 07777, 04755u);
+}
+
 }  // namespace
 }  // namespace kvfs::fs
