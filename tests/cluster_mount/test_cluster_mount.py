@@ -10,7 +10,10 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -169,6 +172,51 @@ class ClusterMount(unittest.TestCase):
         c.publish(1, "neg/late", chunk_bytes("late", 200_000))
         c.wait_exists(2, "neg/late", VISIBLE_S)
         self.assert_content(c, 2, "neg/late", "late", 200_000)
+
+    def test_a_write_by_another_uid_drops_set_id_bits_on_every_node(self):
+        """An O_APPEND write by another uid drops the set-user-ID bit (kvfs's job: the kernel
+        leaves direct_io writes to it). The drop goes out with the writer's publish; before
+        that, the same user sets an xattr on the file through another node, whose record brings
+        the old mode back to the writer's node: the publish must drop the bits again, or the
+        new bytes went out set-user-ID on every node."""
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv: switches to uid 65534")
+        c = self.cluster(n=2, replicas=2, extra_args=["-o", "allow_other"])
+        os.chmod(c.root, 0o755)  # the mounts' parents, for uid 65534
+        for k in (1, 2):
+            d = c.path(k)
+            while d != c.root:
+                d = os.path.dirname(d)
+                os.chmod(d, 0o755)
+        c.publish(1, "tool", b"#!/bin/sh\necho hi\n")
+        os.chown(c.path(1, "tool"), 1000, 1000)
+        os.chmod(c.path(1, "tool"), 0o6777)
+        mode = lambda k: os.stat(c.path(k, "tool")).st_mode & 0o7777  # noqa: E731
+        wait_until(lambda: mode(2) == 0o6777, VISIBLE_S, what="the 6777 mode on node 2")
+        nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                  sys.executable, "-c"]
+        writer = subprocess.Popen(
+            nobody + ["import os, sys\n"
+                      "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+                      "os.write(fd, b'payload\\n')\n"
+                      "print('written', flush=True)\n"
+                      "sys.stdin.readline()\n"
+                      "os.close(fd)\n", c.path(1, "tool")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(writer.kill)
+        self.assertEqual(writer.stdout.readline().strip(), "written")
+        self.assertEqual(mode(1), 0o777, "the write dropped both bits on its node")
+        subprocess.run(nobody + ["import os, sys; os.setxattr(sys.argv[1], 'user.x', b'1')",
+                                 c.path(2, "tool")], check=True, timeout=30)
+        wait_until(lambda: mode(1) == 0o6777, VISIBLE_S,
+                   what="node 2's record (with the old mode) on node 1")
+        writer.communicate("\n", timeout=30)
+        self.assertEqual(writer.returncode, 0)
+        for k in (1, 2):
+            wait_until(lambda: open(c.path(k, "tool"), "rb").read().endswith(b"payload\n"),
+                       VISIBLE_S, what=f"the new bytes on node {k}")
+            self.assertEqual(oct(mode(k)), oct(0o777), f"node {k}")
+            self.assertEqual(os.getxattr(c.path(k, "tool"), "user.x"), b"1", f"node {k}")
 
     def test_user_xattrs_reach_every_node_and_xattr_create_holds_across_nodes(self):
         c = self.cluster(n=3, replicas=1)
