@@ -9,6 +9,7 @@
 #include <random>
 
 #include "byte_io.h"
+#include "kvfs/size.h"
 
 namespace kvfs {
 namespace {
@@ -26,6 +27,28 @@ EngineUuid NewUuid() {
   EngineUuid u;
   for (auto& b : u) b = static_cast<uint8_t>(rd());
   return u;
+}
+
+// Gives a device file its `size`. The room is checked first, because on ext4 a fallocate that
+// runs out of space keeps the blocks it took: a capacity larger than the disk would fill the
+// operator's file system (and everything else on it) and leave it full. A preallocation that
+// fails all the same gives back what it took.
+Status Preallocate(FileSystem& fs, File& file, const std::string& path, uint64_t size) {
+  KVFS_ASSIGN_OR_RETURN(const uint64_t old_size, file.Size());
+  const std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  if (auto free = fs.FreeBytes(dir.empty() ? "." : dir);
+      free.ok() && size > old_size && size - old_size > *free) {
+    return Status::NoSpace("cannot preallocate " + path + ": it needs " +
+                           FormatSize(size - old_size) + " more and its file system has " +
+                           FormatSize(*free) +
+                           " free (ask for less: --capacity, or a device's PATH:SIZE)");
+  }
+  Status st = file.Allocate(0, size, /*keep_size=*/false);
+  if (st.err() == EOPNOTSUPP) st = file.Truncate(size);
+  if (st.ok()) return st;
+  if (Status undo = file.Truncate(old_size); !undo.ok())
+    spdlog::warn("cannot give back the space of a failed preallocation: {}", undo.ToString());
+  return Status::Error(st.err(), "cannot preallocate " + path + ": " + st.message());
 }
 
 }  // namespace
@@ -132,11 +155,7 @@ Result<std::unique_ptr<Device>> Device::Create(FileSystem& fs, const std::string
     if (size == 0 || size > real) size = real;
   } else {
     if (size == 0) return Status::Invalid("device " + path + " needs a size");
-    Status st = dev->file_->Allocate(0, size, /*keep_size=*/false);
-    if (st.err() == EOPNOTSUPP) st = dev->file_->Truncate(size);
-    if (!st.ok()) {
-      return Status::Error(st.err(), "cannot preallocate " + path + ": " + st.message());
-    }
+    KVFS_RETURN_IF_ERROR(Preallocate(fs, *dev->file_, path, size));
   }
   size = size / 4096 * 4096;
   if (size <= kDeviceDataStart) return Status::Invalid("device " + path + " is too small");
@@ -167,6 +186,7 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
     sb.uuid = NewUuid();
     sb.count = count;
     sb.segment_size = options.segment_size;
+    std::vector<bool> created(count, false);
     for (uint32_t i = 0; i < count; ++i) {
       // Never clobber a device of another engine just because this data directory is new.
       auto existing = Device::OpenExisting(fs, specs[i].path);
@@ -181,8 +201,21 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
         size = options.capacity / count / (1ull << 20) * (1ull << 20) + kDeviceDataStart;
       if (specs[i].size == 0 && options.capacity == 0) size = 0;  // block device: its own size
       sb.index = i;
-      KVFS_ASSIGN_OR_RETURN(auto dev, Device::Create(fs, specs[i].path, size, sb));
-      devices.push_back(std::move(dev));
+      created[i] = fs.Open(specs[i].path, {}).status().err() == ENOENT;
+      auto dev = Device::Create(fs, specs[i].path, size, sb);
+      if (!dev.ok()) {
+        // Without a journal the devices made so far serve nobody, and left behind they would
+        // make the next start refuse ("already holds a kvfs engine's data") and keep the
+        // space they took: remove the files this start created.
+        devices.clear();
+        for (uint32_t j = 0; j <= i; ++j) {
+          if (!created[j]) continue;
+          if (Status st = fs.Unlink(specs[j].path); !st.ok() && st.err() != ENOENT)
+            spdlog::warn("cannot remove {} after a failed start: {}", specs[j].path, st.ToString());
+        }
+        return dev.status();
+      }
+      devices.push_back(std::move(dev).value());
     }
     return devices;
   }

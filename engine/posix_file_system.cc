@@ -20,7 +20,7 @@ namespace {
 Status Errno(int err, const std::string& what) {
   const int code = err == ENOSPC || err == ENOENT || err == EEXIST || err == EBUSY ||
                            err == EACCES || err == EPERM || err == ENOTDIR || err == EINVAL ||
-                           err == EROFS
+                           err == EROFS || err == EFBIG
                        ? err
                        : EIO;
   return Status::Error(code, what + ": " + std::strerror(err));

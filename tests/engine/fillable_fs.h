@@ -17,13 +17,16 @@ namespace kvfs::testing {
 // ENOSPC, as on a file system with no free block (the journal's reserved blocks used up),
 // but for writes that fit in the `room` left; and while `fail_sync` every fdatasync fails with
 // EIO (after the write reached the file). FreeBytes says what is left (the room while full)
-// when `report_free`, else that it cannot tell.
+// when `report_free`, else that it cannot tell. Once `allocations_left` (when not negative)
+// reaches 0, each fallocate fails with ENOSPC too, after growing the file to the size it asked
+// for, as ext4 keeps the blocks a fallocate that runs out of space took.
 class FillableFileSystem : public FileSystem {
  public:
   std::atomic<bool> full{false};
   std::atomic<int64_t> room{0};
   std::atomic<bool> fail_sync{false};
   std::atomic<bool> report_free{true};
+  std::atomic<int> allocations_left{-1};
   std::atomic<int> refused{0};     // writes and fallocates failed
   std::atomic<int> free_asked{0};  // FreeBytes calls
 
@@ -72,6 +75,10 @@ class FillableFileSystem : public FileSystem {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status Allocate(uint64_t offset, uint64_t len, bool keep_size) override {
       if (fs_->full) return Refuse();
+      if (fs_->allocations_left.load() >= 0 && fs_->allocations_left.fetch_sub(1) <= 0) {
+        if (!keep_size) KVFS_RETURN_IF_ERROR(f_->Truncate(offset + len));
+        return Refuse();
+      }
       return f_->Allocate(offset, len, keep_size);
     }
     Result<uint64_t> Size() override { return f_->Size(); }

@@ -239,5 +239,67 @@ class FullDataDirectoryTest(unittest.TestCase):
             os.unlink(filler)
 
 
+def unmount_when_free(top: str) -> None:
+    """umount, retried for a while: right after a kvfs daemon exits its file system is still
+    busy for a moment (a umount at once failed with EBUSY in most runs here; the daemon's
+    io_uring lets go of its files in a kernel worker)."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = subprocess.run(["umount", top], capture_output=True, text=True)
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if r.returncode != 0:
+        subprocess.run(["umount", "-l", top], capture_output=True)
+
+
+class CapacityLargerThanTheDiskTest(unittest.TestCase):
+    """A capacity the data directory's file system cannot hold is refused at start, before it
+    takes any room: ext4 keeps the blocks of a fallocate that runs out of space, so trying
+    filled the operator's disk and left a device file that kept it full."""
+
+    def small_ext4(self) -> str:
+        """A 64 MiB ext4 on a loop device (skips where this machine cannot make one)."""
+        work = tempfile.mkdtemp(prefix="kvfs-ext4-")
+        self.addCleanup(os.rmdir, work)
+        image, top = os.path.join(work, "image"), os.path.join(work, "fs")
+        os.mkdir(top)
+        self.addCleanup(os.rmdir, top)
+        with open(image, "wb") as f:
+            f.truncate(64 << 20)
+        self.addCleanup(os.unlink, image)
+        for cmd in (["mkfs.ext4", "-q", image], ["mount", "-o", "loop", image, top]):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True)
+            except FileNotFoundError as e:
+                self.skipTest(f"cannot make a small ext4: {e}")
+            if r.returncode != 0:
+                self.skipTest(f"cannot make a small ext4 ({' '.join(cmd[:2])}): {r.stderr.strip()}")
+        self.addCleanup(unmount_when_free, top)
+        return top
+
+    def test_a_capacity_larger_than_the_disk_is_refused_before_it_fills_the_disk(self):
+        top = self.small_ext4()
+        free_before = os.statvfs(top).f_bavail
+        m = KvfsMount(capacity=None)
+        self.addCleanup(m.cleanup)
+        data = os.path.join(top, "data")
+        r = subprocess.run([m.kvfs_bin, m.mnt, "--data", data, "--capacity", "1G", "-f"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(data, "device0.kvfs")))
+        # The disk keeps its room (a few blocks for the data directory and its lock file).
+        self.assertGreater(os.statvfs(top).f_bavail, free_before - 64)
+        self.assertIn("free", r.stderr)
+        self.assertIn("--capacity", r.stderr)
+
+        # A capacity that fits starts, on the same data directory.
+        m.command = lambda: [m.kvfs_bin, m.mnt, "--data", data, "--capacity", "16M", "-f"]
+        with m:
+            write_file_atomic(m.path("a"), chunk_bytes("a", 1 << 20))
+            with open(m.path("a"), "rb") as f:
+                self.assertEqual(f.read(), chunk_bytes("a", 1 << 20))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,88 @@
+// Preallocating device files at an engine's first start: a capacity the file system cannot hold
+// is refused before it takes any room, and a start that fails all the same leaves neither the
+// space it took nor device files that would make the next start refuse.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "fillable_fs.h"
+#include "kvfs/local_engine.h"
+#include "root_records.h"
+#include "temp_dir.h"
+
+namespace kvfs {
+namespace {
+
+using testing::FillableFileSystem;
+using testing::TempDir;
+
+EngineOptions Opts(const std::string& dir, std::shared_ptr<FileSystem> fs) {
+  EngineOptions o = testing::SmallEngineOptions(dir);
+  o.file_system = std::move(fs);
+  return o;
+}
+
+TEST(DevicePreallocation, ACapacityLargerThanTheFreeSpaceIsRefusedBeforeItTakesAny) {
+  TempDir dir;
+  auto fs = std::make_shared<FillableFileSystem>();
+  fs->full = true;
+  fs->room = 16 << 20;  // FreeBytes says 16 MiB; the capacity asks for 64
+  auto engine = LocalEngine::Open(Opts(dir.path(), fs));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().err(), ENOSPC);
+  EXPECT_NE(engine.status().message().find("16.0 MiB free"), std::string::npos)
+      << engine.status().ToString();
+  EXPECT_EQ(fs->refused.load(), 0) << "a fallocate was tried";
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/device0.kvfs"));
+
+  fs->full = false;
+  auto again = LocalEngine::Open(Opts(dir.path(), fs));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+}
+
+TEST(DevicePreallocation, AFailedPreallocationGivesBackWhatItTook) {
+  TempDir dir;
+  auto fs = std::make_shared<FillableFileSystem>();
+  fs->report_free = false;   // the check cannot tell: only fallocate finds out
+  fs->allocations_left = 0;  // and it fails after taking the room, as on ext4
+  auto engine = LocalEngine::Open(Opts(dir.path(), fs));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().err(), ENOSPC) << engine.status().ToString();
+  EXPECT_EQ(fs->refused.load(), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/device0.kvfs"));
+
+  fs->allocations_left = -1;
+  auto again = LocalEngine::Open(Opts(dir.path(), fs));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+}
+
+TEST(DevicePreallocation, AFailedSecondDeviceLeavesNoFirstOneToRefuseTheNextStart) {
+  TempDir dir;
+  auto fs = std::make_shared<FillableFileSystem>();
+  EngineOptions o = Opts(dir.path(), fs);
+  o.devices = {{dir.path() + "/a.kvfs", 32 << 20}, {dir.path() + "/b.kvfs", 32 << 20}};
+  // A leftover file the operator made (no superblock): kept, at its own size.
+  {
+    std::FILE* f = std::fopen((dir.path() + "/b.kvfs").c_str(), "w");
+    std::fclose(f);
+  }
+  std::filesystem::resize_file(dir.path() + "/b.kvfs", 4096);
+  fs->allocations_left = 1;  // a.kvfs gets its room, b.kvfs does not
+  auto engine = LocalEngine::Open(o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().err(), ENOSPC) << engine.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/a.kvfs"));
+  ASSERT_TRUE(std::filesystem::exists(dir.path() + "/b.kvfs"));
+  EXPECT_EQ(std::filesystem::file_size(dir.path() + "/b.kvfs"), 4096u);
+
+  fs->allocations_left = -1;
+  auto again = LocalEngine::Open(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(std::filesystem::file_size(dir.path() + "/a.kvfs"), 32u << 20);
+}
+
+}  // namespace
+}  // namespace kvfs
