@@ -365,6 +365,7 @@ nlohmann::json Control::NodesJson() {
 
 Result<nlohmann::json> Control::LocationJson(uint64_t ino) {
   KVFS_ASSIGN_OR_RETURN(ObjectRecord rec, ns_->Record(ino));
+  if (rec.type != ObjectType::kFile) return Status::Error(ENODATA, "only files have chunks");
   const PlacementView p = store_->Placement(rec.layout);
   const ClusterView v = store_->Cluster();
   nlohmann::json holders = nlohmann::json::array();

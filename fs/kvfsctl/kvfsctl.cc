@@ -170,7 +170,7 @@ int Stat(const std::string& path, bool json) {
   MountRootOf(path);
   std::string value(64 * 1024, '\0');
   ssize_t n = lgetxattr(path.c_str(), "user.kvfs.stat", value.data(), value.size());
-  if (n < 0) throw Failure{kExitFailure, "kvfsctl: " + path + ": " + std::strerror(errno)};
+  if (n < 0) throw Failure{kExitFailure, "kvfsctl: " + path + ": " + RefusalOf(path, errno)};
   value.resize(static_cast<size_t>(n));
   auto s = nlohmann::json::parse(value, nullptr, false);
   if (s.is_discarded()) throw Failure{kExitFailure, "kvfsctl: malformed reply for " + path};

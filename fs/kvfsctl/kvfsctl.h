@@ -26,6 +26,15 @@ struct Failure {
 // kvfs mount, exit 1 when neither it nor its directory exists.
 std::string MountRootOf(const std::string& path);
 
+// Whether `path` is the mount's control directory (MOUNT/.kvfs) or a file in it. Those hold no
+// chunks, and the xattrs kvfsctl asks them for fail with ENODATA, EOPNOTSUPP or EPERM, which
+// alone would puzzle: kvfsctl says kControlPathRefusal instead.
+bool IsControlPath(const std::string& path);
+inline constexpr const char* kControlPathRefusal =
+    "one of the mount's control files (.kvfs), which hold no chunks";
+// What to print for a path that refused a kvfsctl xattr with `err`.
+std::string RefusalOf(const std::string& path, int err);
+
 // Parses a JSON file (a control file such as MOUNT/.kvfs/status); throws Failure (exit 1).
 nlohmann::json ReadJsonFile(const std::string& file);
 // The "DAMAGE found at the last start" lines of a status (recovery_* keys); false when clean.

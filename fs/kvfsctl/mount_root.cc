@@ -1,4 +1,6 @@
 // kvfsctl: finding the kvfs mount of a path, and reading its JSON control files.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +26,21 @@ std::string MountRootOf(const std::string& path) {
   if (status.empty() || !std::filesystem::exists(status, ec))
     throw Failure{kExitUsage, "kvfsctl: " + path + " is not on a kvfs mount"};
   return mount->mount_point;
+}
+
+bool IsControlPath(const std::string& path) {
+  try {
+    const std::string control = MountRootOf(path) + "/.kvfs";
+    std::error_code ec;
+    const std::string resolved = std::filesystem::weakly_canonical(path, ec).string();
+    return !ec && (resolved == control || resolved.starts_with(control + "/"));
+  } catch (const Failure&) {
+    return false;  // not on a kvfs mount after all
+  }
+}
+
+std::string RefusalOf(const std::string& path, int err) {
+  return IsControlPath(path) ? kControlPathRefusal : std::strerror(err);
 }
 
 nlohmann::json ReadJsonFile(const std::string& file) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "json_text.h"
+#include "kvfsctl.h"
 
 namespace kvfs::fs {
 
@@ -23,7 +24,9 @@ int PinCommand(const std::string& verb, const std::vector<std::string>& paths, b
     std::string error;
     if (::setxattr(path.c_str(), name, value, 1, 0) != 0) {
       const int err = errno;
-      error = err == EPERM && verb == "evict" ? "pinned (unpin it first)" : std::strerror(err);
+      error = IsControlPath(path)               ? kControlPathRefusal
+              : err == EPERM && verb == "evict" ? "pinned (unpin it first)"
+                                                : std::strerror(err);
       ++failed;
     }
     if (json) {

@@ -43,7 +43,7 @@ int Verify(const std::vector<std::string>& paths, bool json) {
     } else if (errno == ENOENT) {
       ++vanished;  // unlinked or evicted since the walk: nothing left to check
     } else {
-      errors.push_back(t.path + ": " + std::strerror(errno));
+      errors.push_back(t.path + ": " + RefusalOf(t.path, errno));
     }
     progress.Update(i + 1, targets.size(), bytes);
   }
@@ -85,7 +85,8 @@ int Verify(const std::vector<std::string>& paths, bool json) {
                           {"seconds", seconds}};
     std::printf("%s\n", JsonText(report, 2).c_str());
   } else {
-    std::printf("checked %zu files, %s in %.1f s\n", checked, FormatSize(bytes).c_str(), seconds);
+    std::printf("checked %zu file%s, %s in %.1f s\n", checked, checked == 1 ? "" : "s",
+                FormatSize(bytes).c_str(), seconds);
     std::printf("  ok        %zu\n", ok);
     std::printf("  corrupt   %zu (dropped from the cache)\n", corrupt.size());
     for (const auto& c : corrupt) std::printf("    %s\n", c.c_str());

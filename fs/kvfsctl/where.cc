@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "json_text.h"
+#include "kvfsctl.h"
 
 namespace kvfs::fs {
 namespace {
@@ -26,6 +27,7 @@ Answer Ask(const std::string& path) {
   const ssize_t n = ::lgetxattr(path.c_str(), "user.kvfs.location", value.data(), value.size());
   if (n < 0) {
     const int err = errno;
+    if (IsControlPath(path)) return {nullptr, kControlPathRefusal};
     if (err == ENODATA || err == EOPNOTSUPP)
       return {nullptr, "no chunk location (a directory, a symlink, or an unpublished file)"};
     return {nullptr, std::strerror(err)};

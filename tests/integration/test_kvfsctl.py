@@ -173,6 +173,30 @@ class ExitStatus(KvfsctlTestCase):
                     if json_flag:
                         json.loads(r.stdout)  # still one JSON document
 
+    def test_control_files_and_directories_are_named_for_what_they_are(self):
+        """The .kvfs control files hold no chunks: each command says so, where the errno of
+        the xattr they refuse (ENODATA, EOPNOTSUPP, EPERM) said "No data available"."""
+        self.publish("d/x", 4096)
+        control = "one of the mount's control files (.kvfs), which hold no chunks"
+        for args in (["stat", ".kvfs/status"], ["stat", ".kvfs"], ["verify", ".kvfs/status"],
+                     ["verify", ".kvfs"], ["pin", ".kvfs/ctl"], ["evict", ".kvfs/status"],
+                     ["where", ".kvfs/stats"]):
+            with self.subTest(args=args):
+                r = run([self.ctl, args[0], self.m.path(args[1])])
+                self.assertEqual(r.returncode, 1, f"{r.stdout}\n{r.stderr}")
+                self.assertIn(control, r.stdout + r.stderr)
+                self.assertNotIn("No data available", r.stdout + r.stderr)
+        # A directory has no chunk location (a plain file has: test_where_says_local).
+        r = run([self.ctl, "where", self.m.path("d"), "--json"])
+        self.assertEqual(r.returncode, 1, f"{r.stdout}\n{r.stderr}")
+        (entry,) = json.loads(r.stdout)["where"]
+        self.assertFalse(entry["ok"], entry)
+        self.assertIn("no chunk location", entry["error"])
+        # A walk from the root skips the control files and counts in the singular right.
+        r = run([self.ctl, "verify", self.m.mnt])
+        self.assertEqual(r.returncode, 0, f"{r.stdout}\n{r.stderr}")
+        self.assertIn("checked 1 file,", r.stdout)
+
     def test_not_a_kvfs_mount_is_2(self):
         plain = os.path.join(self.tmp, "f")
         with open(plain, "w") as f:
