@@ -120,6 +120,7 @@ Status ClusterStore::Start() {
       HandleLocalLosses();
       if (std::chrono::steady_clock::now() < tick) continue;
       ExpireRetiring();
+      KeepReadsAlive();
       ProbeSuspects();
       log_->ReleaseScanHold();
       CompactHistory();

@@ -131,6 +131,20 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // release for a request timeout).
   void FetchPosted();
   void FetchDone();
+  // An open PeerReader's chunk. While its reader lives, the housekeeping thread asks the
+  // holders (a GET of no bytes) for the chunk every kKeepReadEvery it did not fetch a piece:
+  // a holder serves a copy that an unlink, a replacement or an eviction dropped for
+  // kRetireGrace after it last served it, and so a reader that pauses keeps its open file's
+  // bytes, as a local reader does.
+  struct OpenRead {
+    OpenRead(uint64_t c, uint64_t n, const HolderList& h) : chunk(c), size(n), holders(h) {}
+    const uint64_t chunk;
+    const uint64_t size;
+    const HolderList holders;
+    std::atomic<int64_t> last_get_ns{0};  // steady clock
+    void NoteGet();
+  };
+  std::shared_ptr<OpenRead> RegisterRead(uint64_t chunk, uint64_t size, const HolderList& holders);
   // Copies a held chunk to `node` (PUT), for placement and repair.
   Status PushChunk(uint64_t chunk, const LayoutRef& local, NodeId node);
   const ClusterOptions& options() const { return options_; }
@@ -185,6 +199,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // go to `freed`, which the caller releases after mu_.
   void RetireLocked(uint64_t chunk, LayoutRef local, std::vector<LayoutRef>* freed);
   void ExpireRetiring();
+  // Housekeeping, once a second: the keep-alive GETs of open reads (OpenRead), on the
+  // readers' pool.
+  void KeepReadsAlive();
+  static TaskPool& FetchPool();  // shared by every PeerReader of the process
   // Housekeeping, once a second: the lowest live node compacts etcd's history
   // (history_compactor.h).
   void CompactHistory();
@@ -261,9 +279,13 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::chrono::steady_clock::time_point until;
   };
   static constexpr std::chrono::seconds kRetireGrace{5};
+  static constexpr std::chrono::milliseconds kKeepReadEvery{2000};  // well within the grace
+  static constexpr size_t kKeepReadsPerRound = 256;
   // A sixteenth of the capacity: the engine's eviction still reaches its watermarks.
   static constexpr uint64_t kRetireShare = 16;
   std::deque<Retiring> retiring_;
+  std::mutex reads_mu_;
+  std::vector<std::weak_ptr<OpenRead>> reads_;  // under reads_mu_; expired ones pruned
   uint64_t retiring_bytes_ = 0;
   uint64_t retire_budget_ = 0;
   // Local layouts published recently -> their cluster layout, so a batch that still carries

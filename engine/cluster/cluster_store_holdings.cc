@@ -100,14 +100,30 @@ ClusterStore::PeerCopy ClusterStore::CopyForPeer(uint64_t chunk) {
     it->second.peer_read = std::chrono::steady_clock::now();
     return {it->second.local, it->second.local_id};
   }
-  return {RetiringLocked(chunk), kInvalidId};
+  // A dropped copy that a peer still reads is served kRetireGrace past this read (an open
+  // reader elsewhere sends a keep-alive GET when it pauses: OpenRead).
+  for (Retiring& r : retiring_) {
+    if (r.chunk != chunk) continue;
+    r.until = std::max(r.until, std::chrono::steady_clock::now() + kRetireGrace);
+    return {r.local, kInvalidId};
+  }
+  return {nullptr, kInvalidId};
 }
 
 void ClusterStore::ExpireRetiring() {
   std::vector<LayoutRef> freed;  // released outside mu_: the last release frees extents
   std::lock_guard lock(mu_);
   const auto now = std::chrono::steady_clock::now();
-  while (!retiring_.empty() && retiring_.front().until <= now) freed.push_back(PopRetiring());
+  // Not in `until` order: a read moves a copy's on.
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    if (it->until > now) {
+      ++it;
+      continue;
+    }
+    retiring_bytes_ -= it->bytes;
+    freed.push_back(std::move(it->local));
+    it = retiring_.erase(it);
+  }
 }
 
 LayoutRef ClusterStore::PopRetiring() {

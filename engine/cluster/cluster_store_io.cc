@@ -30,12 +30,12 @@ bool IsFresh(const ObjectRecord& rec) {
   return rec.type == ObjectType::kFile && rec.layout && !AsClusterLayout(rec.layout);
 }
 
-TaskPool& FetchPool() {
+}  // namespace
+
+TaskPool& ClusterStore::FetchPool() {
   static TaskPool* pool = new TaskPool(8);  // shared by every reader of the process
   return *pool;
 }
-
-}  // namespace
 
 Status ClusterStore::Apply(const MetaBatch& batch) {
   KVFS_ASSIGN_OR_RETURN(uint64_t token, Submit(batch));

@@ -20,6 +20,9 @@ PeerReader::Piece::Piece(size_t n) : charged(n) { g_held_bytes.fetch_add(charged
 
 PeerReader::Piece::~Piece() { g_held_bytes.fetch_sub(charged); }
 
+PeerReader::Shared::Shared(ClusterStore* s, uint64_t c, uint64_t n, const HolderList& h)
+    : store(s), chunk(c), size(n), holders(h), open(s->RegisterRead(c, n, h)) {}
+
 PeerReader::PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
                        const HolderList& holders)
     : pool_(pool), size_(size), shared_(std::make_shared<Shared>(store, chunk, size, holders)) {}
@@ -71,6 +74,7 @@ void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
       CallOptions call;
       call.timeout = store->request_timeout();
       if (PeerCounters* c = store->CountersFor(node)) ++c->gets_sent;
+      shared->open->NoteGet();
       auto r = client->Get(req, std::span<uint8_t>(buf.get(), len), call);
       if (r.ok() && r->length == len) {
         got = len;

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "cluster_layout.h"
+#include "cluster_store.h"
 #include "kvfs/chunk_reader.h"
 
 namespace kvfs::cluster {
 
-class ClusterStore;
 class TaskPool;
 
 class PeerReader final : public ChunkReader {
@@ -47,12 +47,14 @@ class PeerReader final : public ChunkReader {
   // for them (they finish into pieces nobody reads; the store outlives them) and the ones not
   // started yet are skipped.
   struct Shared {
-    Shared(ClusterStore* s, uint64_t c, uint64_t n, const HolderList& h)
-        : store(s), chunk(c), size(n), holders(h) {}
+    Shared(ClusterStore* s, uint64_t c, uint64_t n, const HolderList& h);
     ClusterStore* const store;
     const uint64_t chunk;
     const uint64_t size;
     const HolderList holders;
+    // Registered with the store while the reader lives: its holders keep the copy it reads
+    // from served while it pauses (ClusterStore::OpenRead).
+    const std::shared_ptr<ClusterStore::OpenRead> open;
     std::mutex mu;
     std::condition_variable cv;
     std::map<uint64_t, std::shared_ptr<Piece>> pieces;  // by index

@@ -193,6 +193,50 @@ class ClusterCapacity(unittest.TestCase):
         wait_until(lambda: c.nodes[2].mount.status()["used_bytes"] <= used - size // 2, 15,
                    what="node 2's space comes back once the grace ends")
 
+    def test_a_reader_on_another_node_that_pauses_keeps_its_file_to_the_end(self):
+        # Node 2 holds the only copies (R=1) of three files node 1 has open and pauses reading
+        # past the holder's grace (5 s) while node 2 unlinks one, publishes over another and
+        # evicts the third. A local open file keeps its bytes however long its reader pauses;
+        # node 1's reads failed with EIO at the next piece after the grace. Now node 1 keeps
+        # the copies served while its files are open, and node 2's space comes back after.
+        c = self.cluster(n=2, replicas=1, capacity="1G")
+        size = 16 << 20  # 8 pieces of 2 MiB; node 1 fetches 4 ahead of its reader
+        names = {"gone": "pa/unlinked", "old": "pa/replaced", "evicted": "pa/evicted"}
+        for key, rel in names.items():
+            c.publish(2, rel, chunk_bytes(key, size))
+        for rel in names.values():
+            c.wait_exists(1, rel, VISIBLE_S)
+            self.assertEqual([h["id"] for h in c.location(1, rel)["holders"]], [2])
+        used = c.nodes[2].mount.status()["used_bytes"]
+        fds = {key: os.open(c.path(1, rel), os.O_RDONLY) for key, rel in names.items()}
+        try:
+            got = {}
+            for key, fd in fds.items():
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead
+                got[key] = [os.pread(fd, 1 << 20, 0)]
+            os.unlink(c.path(2, names["gone"]))
+            write_file_atomic(c.path(2, names["old"]), chunk_bytes("new", size))
+            os.setxattr(c.path(2, names["evicted"]), "user.kvfs.evict", b"1")
+            c.wait_gone(1, names["gone"], VISIBLE_S)
+            c.wait_gone(1, names["evicted"], VISIBLE_S)
+            time.sleep(8)  # past the grace, without a read
+            for key, fd in fds.items():
+                off = len(got[key][0])
+                while off < size:
+                    piece = os.pread(fd, 1 << 20, off)
+                    self.assertTrue(piece, f"{key}: EOF at {off}")
+                    got[key].append(piece)
+                    off += len(piece)
+                self.assertTrue(b"".join(got[key]) == chunk_bytes(key, size),
+                                f"{key}: node 1 read other bytes")
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        self.assert_content(c, 1, names["old"], "new", size)
+        # Once closed, the three old copies go (the new version stays).
+        wait_until(lambda: c.nodes[2].mount.status()["used_bytes"] <= used - size * 3 // 2, 20,
+                   what="node 2's space comes back once the files are closed")
+
     def test_a_copy_sent_back_to_a_node_still_serving_its_evicted_one_is_held(self):
         # A copy evicted under a peer's reader is served for a grace (the test above). If repair
         # sends the chunk back meanwhile, that node must take the new copy: answering "already
