@@ -68,7 +68,7 @@ T* HandleOf(fuse_file_info* fi) {
   return reinterpret_cast<T*>(static_cast<uintptr_t>(fi->fh));
 }
 
-void OnInit(void*, fuse_conn_info* conn) {
+void OnInit(void* userdata, fuse_conn_info* conn) {
   // No atomic O_TRUNC: with it the kernel sets i_size to 0 and drops every cached page at the
   // open, under readers of the published version. Without it the open arrives without
   // O_TRUNC and is followed by a setattr(size=0) that carries no handle: it truncates the
@@ -87,11 +87,12 @@ void OnInit(void*, fuse_conn_info* conn) {
   const unsigned splice = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
   if ((conn->capable & splice) == splice) conn->want |= splice;
   EnableSplicedReplies((conn->want & FUSE_CAP_SPLICE_WRITE) != 0);
-  conn->max_read = kMaxSplicedRead;  // must match the max_read mount option (session.cc)
+  // Must match the max_read mount option (session.cc).
+  conn->max_read = static_cast<FsContext*>(userdata)->max_read;
   conn->max_background = 64;
   conn->congestion_threshold = 48;
-  spdlog::info("fuse: init done, max_write {} max_readahead {}", conn->max_write,
-               conn->max_readahead);
+  spdlog::info("fuse: init done, max_write {} max_read {} max_readahead {}", conn->max_write,
+               conn->max_read, conn->max_readahead);
 }
 
 void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {

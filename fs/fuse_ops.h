@@ -19,6 +19,9 @@ struct FsContext {
   Namespace* ns = nullptr;
   Control* control = nullptr;
   ChunkStore* store = nullptr;
+  // The session's max_read option, which init must repeat (libfuse ends the session at INIT
+  // otherwise): kvfs's own, or a smaller one the user gave (Session::Mount sets it).
+  uint32_t max_read = 0;
 };
 
 const fuse_lowlevel_ops& KvfsOperations();

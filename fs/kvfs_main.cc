@@ -256,6 +256,10 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   MountOptions options = std::move(*parsed.options);
+  if (kvfs::Status st = Session::CheckOptions(options.fuse_options); !st.ok()) {
+    std::fprintf(stderr, "kvfs: %s\n", st.message().c_str());
+    return 2;
+  }
   if (kvfs::Status st = ResolveDefaults(options); !st.ok()) {
     std::fprintf(stderr, "kvfs: %s\n", st.ToString().c_str());
     return 1;

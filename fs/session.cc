@@ -4,32 +4,89 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <charconv>
 #include <fstream>
+#include <string_view>
 
 #include "mount_info.h"
 #include "splice_reply.h"
 
 namespace kvfs::fs {
+namespace {
+
+// libfuse's arguments for the user's -o options, after kvfs's own.
+std::vector<std::string> FuseArgv(const std::vector<std::string>& fuse_options) {
+  // max_read: READs no larger than a spliced reply that fits a 1 MiB pipe (splice_reply.h).
+  std::vector<std::string> argv = {
+      "kvfs", "-o",
+      "fsname=kvfs,subtype=kvfs,default_permissions,max_read=" + std::to_string(kMaxSplicedRead)};
+  for (const auto& o : fuse_options) {
+    argv.push_back("-o");
+    argv.push_back(o);
+  }
+  return argv;
+}
+
+fuse_session* NewSession(std::vector<std::string> argv_s, const fuse_lowlevel_ops& ops,
+                         void* userdata) {
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  return fuse_session_new(&args, &ops, sizeof ops, userdata);
+}
+
+// The max_read the session will have: kvfs's, or the user's last max_read=N (libfuse takes the
+// last), which may be smaller. A larger one is refused: a READ's spliced reply must fit a 1 MiB
+// pipe (splice_reply.h).
+Result<uint32_t> MaxReadOf(const std::vector<std::string>& fuse_options) {
+  uint32_t max_read = kMaxSplicedRead;
+  for (const std::string& list : fuse_options) {
+    std::string_view rest = list;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string_view option = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (!option.starts_with("max_read=")) continue;
+      const std::string_view value = option.substr(9);
+      uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 4096 ||
+          n > kMaxSplicedRead) {
+        return Status::Invalid("-o " + std::string(option) +
+                               ": max_read must be a number from "
+                               "4096 to " +
+                               std::to_string(kMaxSplicedRead) +
+                               " (kvfs's default, the largest READ whose reply fits a 1 MiB pipe)");
+      }
+      max_read = static_cast<uint32_t>(n);
+    }
+  }
+  return max_read;
+}
+
+constexpr const char* kBadOption =
+    "bad -o option (libfuse names it above). kvfs's own settings are flags (--data DIR, "
+    "--capacity SIZE, ...: kvfs --help), or NAME=VALUE options through mount -t fuse.kvfs";
+
+}  // namespace
+
+Status Session::CheckOptions(const std::vector<std::string>& fuse_options) {
+  KVFS_RETURN_IF_ERROR(MaxReadOf(fuse_options).status());
+  const fuse_lowlevel_ops no_ops{};
+  fuse_session* se = NewSession(FuseArgv(fuse_options), no_ops, nullptr);
+  if (!se) return Status::Invalid(kBadOption);
+  fuse_session_destroy(se);
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
                                                 const std::vector<std::string>& fuse_options,
                                                 FsContext* ctx) {
-  // max_read: READs no larger than a spliced reply that fits a 1 MiB pipe (splice_reply.h).
-  std::vector<std::string> argv_s = {
-      "kvfs", "-o",
-      "fsname=kvfs,subtype=kvfs,default_permissions,max_read=" + std::to_string(kMaxSplicedRead)};
-  for (const auto& o : fuse_options) {
-    argv_s.push_back("-o");
-    argv_s.push_back(o);
-  }
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  KVFS_ASSIGN_OR_RETURN(ctx->max_read, MaxReadOf(fuse_options));
   std::unique_ptr<Session> s(new Session);
   s->mountpoint_ = mountpoint;
-  const fuse_lowlevel_ops& ops = KvfsOperations();
-  s->se_ = fuse_session_new(&args, &ops, sizeof ops, ctx);
-  if (!s->se_) return Status::Invalid("fuse_session_new failed (bad -o option?)");
+  s->se_ = NewSession(FuseArgv(fuse_options), KvfsOperations(), ctx);
+  if (!s->se_) return Status::Invalid(kBadOption);
   if (fuse_set_signal_handlers(s->se_) != 0)
     return Status::IoError("cannot install signal handlers");
   s->handlers_ = true;

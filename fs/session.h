@@ -22,6 +22,10 @@ class Session {
   static Result<std::unique_ptr<Session>> Mount(const std::string& mountpoint,
                                                 const std::vector<std::string>& fuse_options,
                                                 FsContext* ctx);
+  // Whether libfuse takes these -o options (it prints what it refuses), checked before the
+  // daemon makes or opens anything: a misspelt option used to fail only after the engine had
+  // preallocated its device file.
+  static Status CheckOptions(const std::vector<std::string>& fuse_options);
   ~Session();
 
   // Raises the mount's readahead (bdi read_ahead_kb) so the kernel sends 1 MiB reads. The

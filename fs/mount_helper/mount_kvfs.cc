@@ -81,7 +81,7 @@ bool IsFuseOption(std::string_view key, bool has_value) {
       "dirsync",      "atime",      "noatime",
   };
   static const std::set<std::string_view> kWithValue = {
-      "fsname", "context", "fscontext", "defcontext", "rootcontext",
+      "fsname", "context", "fscontext", "defcontext", "rootcontext", "max_read",
   };
   return has_value ? kWithValue.count(key) > 0 : kFlags.count(key) > 0;
 }
@@ -95,7 +95,6 @@ const char* RefusalReason(std::string_view key) {
   if (key == "setuid" || key == "drop_privileges")
     return "mount.fuse3's option; mount.kvfs runs kvfs as the user who mounts";
   if (key == "blkdev" || key == "blksize") return "kvfs is not a fuseblk filesystem";
-  if (key == "max_read") return "kvfs sizes its own requests (1 MiB)";
   if (key == "norelatime" || key == "strictatime" || key == "nostrictatime" || key == "diratime" ||
       key == "nodiratime")
     return "libfuse 3.14 does not pass it on (kvfs mounts are relatime; noatime works)";

@@ -4,6 +4,7 @@ mount and on paths that are not kvfs mounts."""
 
 import errno
 import json
+import mmap
 import os
 import re
 import shutil
@@ -96,6 +97,37 @@ class CommandLine(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
                 self.assertTrue(r.stderr.strip(), "no message on stderr")
                 self.assertFalse(_is_mounted(self.mnt))
+
+    def test_bad_fuse_options_are_refused_before_anything_is_made(self):
+        # libfuse refused them only after the engine had opened: a first start with a
+        # misspelt -o option preallocated its whole device file (in the default data
+        # directory, /var/lib/kvfs, when --data was not given) and then failed.
+        data = os.path.join(self.tmp, "fresh")
+        for opt in ("allow_ohter", "data_dir=/x", "max_read=1048576", "max_read=4k",
+                    "max_read=100"):
+            with self.subTest(opt=opt):
+                r = run([self.kvfs, self.mnt, "--data", data, "--capacity", "64M", "-o", opt])
+                self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+                self.assertIn(opt, r.stderr)
+                self.assertFalse(os.path.exists(data), "the data directory was made")
+                self.assertFalse(_is_mounted(self.mnt))
+
+    def test_a_smaller_max_read_is_taken(self):
+        # Any max_read ended the session at INIT ("init() and fuse_session_new() requested
+        # different maximum read size"): the mount went away as soon as it came.
+        with KvfsMount(capacity="64M", extra_args=["-o", "max_read=65536"]) as m:
+            data = os.urandom(3 << 20)
+            with open(m.path("f"), "wb") as f:
+                f.write(data)
+            fd = os.open(m.path("f"), os.O_RDONLY | os.O_DIRECT)
+            try:
+                # One read of it all: the kernel splits it into READs of max_read at most.
+                buf = mmap.mmap(-1, len(data))
+                self.assertEqual(os.readv(fd, [buf]), len(data))
+                self.assertTrue(bytes(buf) == data, "read other bytes")
+            finally:
+                os.close(fd)
+            self.assertIn("max_read 65536", m.log_tail(1 << 20))
 
     def test_missing_mountpoint_fails(self):
         r = run([self.kvfs, os.path.join(self.tmp, "does-not-exist"), "--data", self.data,

@@ -177,7 +177,7 @@ class Translation(unittest.TestCase):
             "rw,defaults,data_dir=/var/lib/kvfs,capacity=64G,_netdev,nofail,noauto,"
             "allow_other,default_permissions,durability=async,compress=lz4,eviction=lfu,"
             "x-systemd.automount,device=/nvme0/kvfs.dev:1T,device=/nvme1/kvfs.dev,"
-            "high_watermark=0.85,noatime,user=alice,comment=x",
+            "high_watermark=0.85,noatime,user=alice,comment=x,max_read=65536",
             "-n", "-s")
         self.assertTrue(os.path.samefile(argv[0], os.path.join(os.path.dirname(HELPER),
                                                                   "kvfs")), argv[0])
@@ -189,7 +189,7 @@ class Translation(unittest.TestCase):
                                  "--device=/nvme0/kvfs.dev:1T", "--device=/nvme1/kvfs.dev",
                                  "--high-watermark=0.85"])
         self.assertEqual(fuse, ["rw", "allow_other", "default_permissions", "noatime",
-                                "fsname=kvfs"])
+                                "max_read=65536", "fsname=kvfs"])
         self.assertEqual(argv.count("-o"), 1)
         self.assertFalse(_is_mounted(self.m.mnt))
 
@@ -209,7 +209,7 @@ class Translation(unittest.TestCase):
 
     def test_refused_options(self):
         for opt in ("foreground", "f", "subtype=other", "setuid=alice", "drop_privileges",
-                    "max_read=65536", "nodiratime", "=x"):
+                    "nodiratime", "=x"):
             with self.subTest(opt=opt):
                 r = run([HELPER, "kvfs", self.m.mnt, "-o", "data_dir=/tmp/x," + opt])
                 self.assertEqual(r.returncode, 1, r.stderr)
