@@ -37,7 +37,8 @@ fuse_session* NewSession(std::vector<std::string> argv_s, const fuse_lowlevel_op
 
 // The max_read the session will have: kvfs's, or the user's last max_read=N (libfuse takes the
 // last), which may be smaller. A larger one is refused: a READ's spliced reply must fit a 1 MiB
-// pipe (splice_reply.h).
+// pipe (splice_reply.h). So is a subtype=, which libfuse takes: kvfsctl and kvfs itself know
+// their mounts by the type fuse.kvfs.
 Result<uint32_t> MaxReadOf(const std::vector<std::string>& fuse_options) {
   uint32_t max_read = kMaxSplicedRead;
   for (const std::string& list : fuse_options) {
@@ -46,6 +47,9 @@ Result<uint32_t> MaxReadOf(const std::vector<std::string>& fuse_options) {
       const size_t comma = rest.find(',');
       const std::string_view option = rest.substr(0, comma);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (option.starts_with("subtype="))
+        return Status::Invalid("-o " + std::string(option) +
+                               ": the subtype is always kvfs (kvfsctl finds mounts by it)");
       if (!option.starts_with("max_read=")) continue;
       const std::string_view value = option.substr(9);
       uint64_t n = 0;

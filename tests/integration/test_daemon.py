@@ -104,7 +104,7 @@ class CommandLine(unittest.TestCase):
         # directory, /var/lib/kvfs, when --data was not given) and then failed.
         data = os.path.join(self.tmp, "fresh")
         for opt in ("allow_ohter", "data_dir=/x", "max_read=1048576", "max_read=4k",
-                    "max_read=100"):
+                    "max_read=100", "subtype=other"):
             with self.subTest(opt=opt):
                 r = run([self.kvfs, self.mnt, "--data", data, "--capacity", "64M", "-o", opt])
                 self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
