@@ -35,11 +35,12 @@ fuse_session* NewSession(std::vector<std::string> argv_s, const fuse_lowlevel_op
   return fuse_session_new(&args, &ops, sizeof ops, userdata);
 }
 
-// The max_read the session will have: kvfs's, or the user's last max_read=N (libfuse takes the
-// last), which may be smaller. A larger one is refused: a READ's spliced reply must fit a 1 MiB
-// pipe (splice_reply.h). So is a subtype=, which libfuse takes: kvfsctl and kvfs itself know
-// their mounts by the type fuse.kvfs.
-Result<uint32_t> MaxReadOf(const std::vector<std::string>& fuse_options) {
+// The user's -o options that kvfs checks itself, before libfuse: returns the max_read the
+// session will have, kvfs's or the user's last max_read=N (libfuse takes the last), which may be
+// smaller. A larger one is refused: a READ's spliced reply must fit a 1 MiB pipe
+// (splice_reply.h). So is a subtype=, which libfuse takes: kvfsctl and kvfs itself know their
+// mounts by the type fuse.kvfs.
+Result<uint32_t> CheckUserOptions(const std::vector<std::string>& fuse_options) {
   uint32_t max_read = kMaxSplicedRead;
   for (const std::string& list : fuse_options) {
     std::string_view rest = list;
@@ -75,7 +76,7 @@ constexpr const char* kBadOption =
 }  // namespace
 
 Status Session::CheckOptions(const std::vector<std::string>& fuse_options) {
-  KVFS_RETURN_IF_ERROR(MaxReadOf(fuse_options).status());
+  KVFS_RETURN_IF_ERROR(CheckUserOptions(fuse_options).status());
   const fuse_lowlevel_ops no_ops{};
   fuse_session* se = NewSession(FuseArgv(fuse_options), no_ops, nullptr);
   if (!se) return Status::Invalid(kBadOption);
@@ -86,7 +87,7 @@ Status Session::CheckOptions(const std::vector<std::string>& fuse_options) {
 Result<std::unique_ptr<Session>> Session::Mount(const std::string& mountpoint,
                                                 const std::vector<std::string>& fuse_options,
                                                 FsContext* ctx) {
-  KVFS_ASSIGN_OR_RETURN(ctx->max_read, MaxReadOf(fuse_options));
+  KVFS_ASSIGN_OR_RETURN(ctx->max_read, CheckUserOptions(fuse_options));
   std::unique_ptr<Session> s(new Session);
   s->mountpoint_ = mountpoint;
   s->se_ = NewSession(FuseArgv(fuse_options), KvfsOperations(), ctx);
