@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,18 @@ Status Preallocate(FileSystem& fs, File& file, const std::string& path, uint64_t
   if (Status undo = file.Truncate(old_size); !undo.ok())
     spdlog::warn("cannot give back the space of a failed preallocation: {}", undo.ToString());
   return Status::Error(st.err(), "cannot preallocate " + path + ": " + st.message());
+}
+
+// Whether `path` holds bytes in its first 4 KiB (where a kvfs superblock would be): a file or
+// disk that is not a kvfs device but is not empty either. Zeros are a device file whose first
+// start stopped before its superblock was written.
+bool HoldsOtherData(FileSystem& fs, const std::string& path) {
+  auto file = fs.Open(path, {});
+  if (!file.ok()) return false;
+  uint8_t head[kSuperblockSize];
+  auto n = (*file)->ReadSome(head, sizeof head, 0);
+  if (!n.ok()) return false;
+  return std::any_of(head, head + *n, [](uint8_t b) { return b != 0; });
 }
 
 }  // namespace
@@ -195,6 +208,12 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
                                          options.data_dir +
                                          " has no journal for it; remove "
                                          "the device file (or wipe its first 4 KiB) to start over");
+      }
+      if (HoldsOtherData(fs, specs[i].path)) {
+        return Status::Error(EEXIST, specs[i].path +
+                                         " holds data that is not a kvfs device; kvfs will not "
+                                         "overwrite it: name another path, or remove the file "
+                                         "(a disk: wipe its first 4 KiB) to give it to kvfs");
       }
       uint64_t size = specs[i].size;
       if (size == 0)

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -54,25 +55,36 @@ class StartReporter {
     }
     return 1;
   }
+  // A line the launcher prints when the start succeeds (logged as a warning too).
+  void Note(const std::string& message) {
+    spdlog::warn("{}", message);  // in the foreground, the log is stderr
+    if (fd_ >= 0) notes_ += "kvfs: " + message + "\n";
+  }
   void Ready() {
     if (fd_ < 0) return;
-    (void)!write(fd_, "ready", 5);
+    const std::string m = notes_ + "ready";
+    (void)!write(fd_, m.data(), m.size());
     close(fd_);
     fd_ = -1;
   }
 
  private:
   int fd_;
+  std::string notes_;  // Note()s for the launcher, sent with "ready"
 };
 
-// Parent side of the daemonizing fork: waits for "ready" or an error message.
+// Parent side of the daemonizing fork: waits for "ready" (after the daemon's notes) or an error
+// message.
 int WaitForChild(int fd, pid_t child) {
   std::string msg;
   char buf[512];
   ssize_t n;
   while ((n = read(fd, buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
   close(fd);
-  if (msg == "ready") return 0;
+  if (msg.ends_with("ready")) {
+    std::fputs(msg.substr(0, msg.size() - 5).c_str(), stderr);
+    return 0;
+  }
   int status = 0;
   waitpid(child, &status, 0);
   if (msg.empty()) msg = "kvfs: the daemon exited during start\n";
@@ -172,6 +184,23 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
                          store.status().ToString());
   }
   ChunkStore* fs_store = store->get();
+  if (o.store == "local") {
+    // A data directory keeps the devices it was made with: a --capacity changed since does not
+    // resize them, and the operator who raised it must not believe it did.
+    const uint64_t real = fs_store->Stats().capacity_bytes;
+    const uint64_t slack = std::max<size_t>(o.devices.size(), 1) * (2u << 20);
+    if (real + slack < o.capacity || o.capacity + slack < real) {
+      const bool sized =
+          !o.devices.empty() && std::all_of(o.devices.begin(), o.devices.end(),
+                                            [](const DeviceSpec& d) { return d.size > 0; });
+      reporter.Note("capacity is " + FormatSize(real) + ", what " +
+                    (o.devices.empty() ? o.data_dir + "/device0.kvfs holds"
+                                       : std::string("the devices hold")) +
+                    ", not the " + FormatSize(o.capacity) + " asked: " +
+                    (sized ? "a device given a size holds that size"
+                           : "kvfs does not resize the devices of an existing data directory"));
+    }
+  }
   Notifier notifier;
   Namespace ns(fs_store, &notifier);
   if (Status st = ns.Load(); !st.ok()) return reporter.Fail("cannot load: " + st.ToString());

@@ -82,6 +82,17 @@ const char* CompressionName(Compression c) {
   return "off";
 }
 
+bool AtOrUnder(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  // Symlinks resolved as far as the paths exist: a link into the mountpoint is on it too.
+  std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) p = std::filesystem::path(path).lexically_normal();
+  std::filesystem::path d = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) d = std::filesystem::path(dir).lexically_normal();
+  const std::filesystem::path rel = p.lexically_relative(d);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 std::string DefaultDataDir() {
   if (geteuid() == 0) return "/var/lib/kvfs";
   if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg)
@@ -310,9 +321,25 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   if (rc != 0 || !S_ISDIR(st.st_mode))
     return fail("mountpoint '" + opts.mountpoint + "' is not an existing directory");
   opts.mountpoint = std::move(normal);
+  // Relative paths are the caller's: the daemon runs in / once it detaches (a relative device
+  // file was made in /).
   if (!opts.data_dir.empty()) {
     opts.data_dir = std::filesystem::absolute(opts.data_dir, ec).lexically_normal().string();
     if (opts.data_dir.size() > 1 && opts.data_dir.back() == '/') opts.data_dir.pop_back();
+  }
+  for (DeviceSpec& d : opts.devices)
+    d.path = std::filesystem::absolute(d.path, ec).lexically_normal().string();
+  // The engine opens files by path while it runs (journals, checkpoints): on the mount they
+  // would be requests to this very daemon, which would find no such file, so checkpoints
+  // failed and the journal grew without bound.
+  const std::string data_dir = opts.data_dir.empty() ? DefaultDataDir() : opts.data_dir;
+  if (AtOrUnder(data_dir, opts.mountpoint))
+    return fail("data directory '" + data_dir + "' is on the mount itself (" + opts.mountpoint +
+                "); keep kvfs's data outside its mountpoint");
+  for (const DeviceSpec& d : opts.devices) {
+    if (AtOrUnder(d.path, opts.mountpoint))
+      return fail("device '" + d.path + "' is on the mount itself (" + opts.mountpoint +
+                  "); keep kvfs's data outside its mountpoint");
   }
   out.options = std::move(opts);
   return out;
@@ -325,6 +352,13 @@ Status ResolveDefaults(MountOptions& options) {
   if (ec)
     return Status::Error(ec.value(),
                          "cannot create data dir " + options.data_dir + ": " + ec.message());
+  // Devices that all have a size hold what they hold: the capacity is theirs.
+  const bool sized =
+      !options.devices.empty() && std::all_of(options.devices.begin(), options.devices.end(),
+                                              [](const DeviceSpec& d) { return d.size > 0; });
+  if (options.capacity == 0 && sized) {
+    for (const DeviceSpec& d : options.devices) options.capacity += d.size;
+  }
   if (options.capacity == 0) {
     struct statvfs sv;
     if (statvfs(options.data_dir.c_str(), &sv) != 0)

@@ -73,6 +73,8 @@ Status ResolveDefaults(MountOptions& options);
 
 // The defaults ResolveDefaults() uses, exposed for --help and tests.
 std::string DefaultDataDir();
+// Whether `path` is `dir` or lies under it, symlinks resolved as far as both exist.
+bool AtOrUnder(const std::string& path, const std::string& dir);
 uint64_t DefaultCapacity(uint64_t free_bytes);
 
 const char* DurabilityName(Durability d);

@@ -1,10 +1,13 @@
 // Preallocating device files at an engine's first start: a capacity the file system cannot hold
-// is refused before it takes any room, and a start that fails all the same leaves neither the
-// space it took nor device files that would make the next start refuse.
+// is refused before it takes any room, a start that fails all the same leaves neither the space
+// it took nor device files that would make the next start refuse, and a file that holds other
+// data is never taken for a device.
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -82,6 +85,24 @@ TEST(DevicePreallocation, AFailedSecondDeviceLeavesNoFirstOneToRefuseTheNextStar
   auto again = LocalEngine::Open(o);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(std::filesystem::file_size(dir.path() + "/a.kvfs"), 32u << 20);
+}
+
+TEST(DevicePreallocation, AFileThatHoldsOtherDataIsNotTakenForADevice) {
+  TempDir dir;
+  EngineOptions o = Opts(dir.path(), FileSystem::Posix());
+  const std::string path = dir.path() + "/notes.txt";
+  o.devices = {{path, 32 << 20}};
+  {
+    std::ofstream f(path);
+    f << "someone's data";
+  }
+  auto engine = LocalEngine::Open(o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().err(), EEXIST) << engine.status().ToString();
+  EXPECT_NE(engine.status().message().find("not a kvfs device"), std::string::npos);
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "someone's data");
 }
 
 }  // namespace

@@ -129,6 +129,77 @@ class CommandLine(unittest.TestCase):
                 os.close(fd)
             self.assertIn("max_read 65536", m.log_tail(1 << 20))
 
+    def daemon(self, *args, cwd=None):
+        """Runs kvfs (it daemonizes) on self.mnt; the daemon is stopped by PID at cleanup."""
+        r = subprocess.run([self.kvfs, self.mnt, *args], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL, cwd=cwd)
+        if r.returncode == 0:
+            self.addCleanup(self.stop_daemon)
+        return r
+
+    def stop_daemon(self):
+        if not _is_mounted(self.mnt):
+            return
+        with open(os.path.join(self.mnt, ".kvfs", "status")) as f:
+            pid = json.load(f)["pid"]
+        subprocess.run(["fusermount3", "-u", self.mnt])
+        deadline = time.monotonic() + 20
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(_pid_alive(pid), "the daemon outlived its unmount")
+
+    def test_data_or_devices_on_the_mount_itself_are_refused(self):
+        # The engine opens its files by path while it runs: with its data directory under the
+        # mountpoint, each checkpoint was a request to the daemon itself, failed with ENOENT,
+        # and the journal grew without bound.
+        os.symlink(self.mnt, os.path.join(self.tmp, "link"))
+        for args in (["--data", self.mnt], ["--data", os.path.join(self.mnt, "d")],
+                     ["--data", os.path.join(self.tmp, "link", "d")],
+                     ["--data", self.data, "--device", os.path.join(self.mnt, "x.dev:32M")]):
+            with self.subTest(args=args):
+                r = self.daemon(*args, "--capacity", "32M")
+                self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+                self.assertIn("is on the mount itself", r.stderr)
+                self.assertFalse(_is_mounted(self.mnt))
+
+    def test_a_relative_device_path_is_the_callers(self):
+        # The daemon runs in / once it detaches: a relative --device was made in /.
+        name = f"kvfs-test-{os.getpid()}.dev"
+        self.addCleanup(lambda: os.path.exists("/" + name) and os.unlink("/" + name))
+        r = self.daemon("--data", self.data, "--device", name + ":32M", cwd=self.tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.path.getsize(os.path.join(self.tmp, name)), 32 << 20)
+        self.assertFalse(os.path.exists("/" + name))
+        with open(os.path.join(self.mnt, ".kvfs", "status")) as f:
+            status = json.load(f)
+        self.assertEqual(status["devices"], [os.path.join(self.tmp, name)])
+        self.assertEqual(status["capacity_bytes"], 31 << 20)
+        self.assertIn("capacity 32.0 MiB", r.stdout)  # not a default share of the free space
+
+    def test_a_device_path_that_holds_other_data_is_not_overwritten(self):
+        precious = os.path.join(self.tmp, "precious")
+        with open(precious, "wb") as f:
+            f.write(b"someone's data")
+        r = self.daemon("--data", self.data, "--device", precious + ":32M")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("not a kvfs device", r.stderr)
+        with open(precious, "rb") as f:
+            self.assertEqual(f.read(), b"someone's data")
+
+    def test_a_capacity_the_devices_do_not_have_is_reported(self):
+        # A data directory keeps its devices: raising --capacity on a restart changed nothing
+        # while kvfs printed the new figure.
+        r = self.daemon("--data", self.data, "--capacity", "16M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("capacity is", r.stderr)
+        self.stop_daemon()
+        r = self.daemon("--data", self.data, "--capacity", "64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("capacity is 16.0 MiB", r.stderr)
+        self.assertIn("does not resize", r.stderr)
+        with open(os.path.join(self.mnt, ".kvfs", "status")) as f:
+            self.assertEqual(json.load(f)["capacity_bytes"], 16 << 20)
+
     def test_missing_mountpoint_fails(self):
         r = run([self.kvfs, os.path.join(self.tmp, "does-not-exist"), "--data", self.data,
                  "--capacity", "64M"])
