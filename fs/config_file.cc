@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <toml.hpp>
@@ -29,6 +30,18 @@ class Reader {
   Result<std::string> String(const std::string& key, const toml::value& v) const {
     if (!v.is_string()) return Fail(key, "expected a string");
     return v.as_string().str;
+  }
+  // A path in the file: a relative one is taken from the file's directory, as the file's
+  // author means it (kvfs may start anywhere; a daemonized kvfs runs in /).
+  std::string Resolve(const std::string& path) const {
+    if (path.empty() || path.front() == '/') return path;
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(path_, ec).parent_path();
+    return (dir / path).lexically_normal().string();
+  }
+  Result<std::string> Path(const std::string& key, const toml::value& v) const {
+    KVFS_ASSIGN_OR_RETURN(std::string s, String(key, v));
+    return Resolve(s);
   }
   Result<int64_t> Integer(const std::string& key, const toml::value& v, int64_t lo,
                           int64_t hi) const {
@@ -82,7 +95,7 @@ bool PlausibleHostName(std::string_view host) {
 Status ApplyStorageKey(const Reader& r, const std::string& key, const std::string& shown,
                        const toml::value& v, MountOptions& o) {
   if (key == "data_dir") {
-    KVFS_ASSIGN_OR_RETURN(o.data_dir, r.String(shown, v));
+    KVFS_ASSIGN_OR_RETURN(o.data_dir, r.Path(shown, v));
     if (o.data_dir.empty()) return r.Fail(shown, "must not be empty");
   } else if (key == "capacity") {
     uint64_t bytes = 0;
@@ -104,6 +117,7 @@ Status ApplyStorageKey(const Reader& r, const std::string& key, const std::strin
       KVFS_ASSIGN_OR_RETURN(std::string text, r.String(shown, d));
       auto spec = ParseDeviceSpec(text);
       if (!spec.ok()) return r.Fail(shown, spec.status().message());
+      spec->path = r.Resolve(spec->path);
       o.devices.push_back(*spec);
     }
   } else if (key == "durability") {
@@ -161,7 +175,7 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
         KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 1, 64));
         c.replicas = static_cast<uint32_t>(n);
       } else if (key == "secret_file") {
-        KVFS_ASSIGN_OR_RETURN(c.secret_file, r.String(shown, value));
+        KVFS_ASSIGN_OR_RETURN(c.secret_file, r.Path(shown, value));
       } else if (key == "transport") {
         KVFS_ASSIGN_OR_RETURN(c.transport, r.OneOf(shown, value, {"tcp", "rdma", "auto"}));
       } else if (key == "request_timeout_ms") {
@@ -197,7 +211,7 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
       } else if (key == "etcd_ca" || key == "etcd_cert" || key == "etcd_key") {
         std::string& field =
             key == "etcd_ca" ? c.etcd_ca : (key == "etcd_cert" ? c.etcd_cert : c.etcd_key);
-        KVFS_ASSIGN_OR_RETURN(field, r.String(shown, value));
+        KVFS_ASSIGN_OR_RETURN(field, r.Path(shown, value));
       } else {
         return r.Fail(shown, "unknown key");
       }

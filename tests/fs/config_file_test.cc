@@ -24,6 +24,8 @@ class ConfigFileTest : public ::testing::Test {
     char tmpl[] = "/tmp/kvfs-config-test.XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    mnt_ = dir_ + "/mnt";
+    std::filesystem::create_directory(mnt_);
     secret_ = dir_ + "/secret";
     Write(secret_, "a-cluster-secret-of-enough-bytes\n");
   }
@@ -38,7 +40,7 @@ class ConfigFileTest : public ::testing::Test {
     return path;
   }
   ParsedCommandLine Parse(std::vector<std::string> args) {
-    args.insert(args.begin(), {"kvfs", dir_});
+    args.insert(args.begin(), {"kvfs", mnt_});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     return ParseMountOptions(static_cast<int>(argv.size()), argv.data());
@@ -51,7 +53,7 @@ class ConfigFileTest : public ::testing::Test {
     EXPECT_NE(p.message.find(word), std::string::npos) << p.message;
   }
 
-  std::string dir_, secret_;
+  std::string dir_, mnt_, secret_;
   int n_ = 0;
 };
 
@@ -171,6 +173,36 @@ secret_file = ")" + secret_ +
   EXPECT_EQ(o.cluster.lease_ttl_s, 3u);
   EXPECT_EQ(o.cluster.etcd_history_s, 60u);
   EXPECT_EQ(o.cluster.repair_bandwidth, 10ull << 20);
+}
+
+TEST_F(ConfigFileTest, RelativePathsAreTakenFromTheFilesDirectory) {
+  // kvfs may be started from anywhere (a unit file runs it in /): the file's author means
+  // paths beside the file. A flag's relative path stays the caller's.
+  std::filesystem::create_directories(dir_ + "/etc");
+  Write(dir_ + "/etc/secret", "a-cluster-secret-of-enough-bytes\n");
+  const std::string path = dir_ + "/etc/kvfs.toml";
+  Write(path, R"(
+data_dir = "../state"
+devices = ["disks/d0:1G", "/abs/d1"]
+[node]
+id = 3
+listen = "127.0.0.1:7000"
+[cluster]
+etcd = ["http://127.0.0.1:2379"]
+secret_file = "secret"
+)");
+  auto p = Parse({"--config", path});
+  ASSERT_TRUE(p.options) << p.message;
+  const MountOptions& o = *p.options;
+  EXPECT_EQ(o.data_dir, dir_ + "/state");
+  ASSERT_EQ(o.devices.size(), 2u);
+  EXPECT_EQ(o.devices[0].path, dir_ + "/etc/disks/d0");
+  EXPECT_EQ(o.devices[1].path, "/abs/d1");
+  EXPECT_EQ(o.cluster.secret_file, dir_ + "/etc/secret");
+
+  auto q = Parse({"--config", path, "--data", "here"});
+  ASSERT_TRUE(q.options) << q.message;
+  EXPECT_EQ(q.options->data_dir, (std::filesystem::current_path() / "here").string());
 }
 
 TEST_F(ConfigFileTest, SingleNodeNeedsNoConfig) {

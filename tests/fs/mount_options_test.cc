@@ -15,15 +15,16 @@ ParsedCommandLine Parse(std::vector<std::string> args) {
 }
 
 TEST(MountOptionsTest, ParsesEverything) {
-  auto p = Parse({"/tmp", "--data", "/tmp/d", "--capacity", "256M", "--device", "/tmp/x:1G",
-                  "--device", "/tmp/y", "--durability", "async", "--compress", "lz4", "-f", "-o",
-                  "allow_other", "--log-level", "debug"});
+  // Data and devices outside the mountpoint (under it they are refused: test_daemon.py).
+  auto p = Parse({"/tmp", "--data", "/var/tmp/d", "--capacity", "256M", "--device", "/var/tmp/x:1G",
+                  "--device", "/var/tmp/y", "--durability", "async", "--compress", "lz4", "-f",
+                  "-o", "allow_other", "--log-level", "debug"});
   ASSERT_TRUE(p.options) << p.message;
   EXPECT_EQ(p.options->mountpoint, "/tmp");
-  EXPECT_EQ(p.options->data_dir, "/tmp/d");
+  EXPECT_EQ(p.options->data_dir, "/var/tmp/d");
   EXPECT_EQ(p.options->capacity, 256ull << 20);
   ASSERT_EQ(p.options->devices.size(), 2u);
-  EXPECT_EQ(p.options->devices[0].path, "/tmp/x");
+  EXPECT_EQ(p.options->devices[0].path, "/var/tmp/x");
   EXPECT_EQ(p.options->devices[0].size, 1ull << 30);
   EXPECT_EQ(p.options->devices[1].size, 0u);
   EXPECT_EQ(p.options->durability, Durability::kAsync);
