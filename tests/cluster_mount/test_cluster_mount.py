@@ -192,6 +192,7 @@ class ClusterMount(unittest.TestCase):
         os.chown(c.path(1, "tool"), 1000, 1000)
         os.chmod(c.path(1, "tool"), 0o6777)
         mode = lambda k: os.stat(c.path(k, "tool")).st_mode & 0o7777  # noqa: E731
+        c.wait_exists(2, "tool", VISIBLE_S)  # the publish may not be there yet (mode() raises)
         wait_until(lambda: mode(2) == 0o6777, VISIBLE_S, what="the 6777 mode on node 2")
         nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
                   sys.executable, "-c"]
