@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string_view>
 
+#include "atomic_file.h"
 #include "byte_io.h"
 #include "kvfs/size.h"
 
@@ -64,7 +68,46 @@ bool HoldsOtherData(FileSystem& fs, const std::string& path) {
   return std::any_of(head, head + *n, [](uint8_t b) { return b != 0; });
 }
 
+// A first start names the engine it makes in the data directory until the engine's journal
+// exists: killed between a device's superblock and the journal, it left a device that the next
+// start refused as another engine's ("already holds a kvfs engine's data", 1 kill in 60 at
+// random moments of a first start). The next first start takes that engine's devices back, by
+// the uuid named here.
+constexpr const char* kFirstStartFile = "FIRST-START";
+constexpr std::string_view kFirstStartTag = "kvfs first start ";
+
+std::optional<EngineUuid> ReadFirstStart(FileSystem& fs, const std::string& dir) {
+  auto text = ReadWholeFile(fs, dir + "/" + kFirstStartFile);
+  if (!text.ok() || text->size() != kFirstStartTag.size() + 33 ||
+      !text->starts_with(kFirstStartTag))
+    return std::nullopt;
+  EngineUuid uuid;
+  for (size_t i = 0; i < uuid.size(); ++i) {
+    unsigned byte = 0;
+    if (std::sscanf(text->c_str() + kFirstStartTag.size() + 2 * i, "%2x", &byte) != 1)
+      return std::nullopt;
+    uuid[i] = static_cast<uint8_t>(byte);
+  }
+  return uuid;
+}
+
+Status WriteFirstStart(FileSystem& fs, const std::string& dir, const EngineUuid& uuid) {
+  std::string text(kFirstStartTag);
+  char hex[3];
+  for (uint8_t b : uuid) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    text += hex;
+  }
+  text += "\n";
+  return WriteFileAtomically(fs, dir, kFirstStartFile, text);
+}
+
 }  // namespace
+
+void FinishFirstStart(FileSystem& fs, const std::string& data_dir) {
+  if (Status st = fs.Unlink(data_dir + "/" + kFirstStartFile); !st.ok() && st.err() != ENOENT)
+    spdlog::warn("engine: cannot remove {}/{}: {}", data_dir, kFirstStartFile, st.ToString());
+}
 
 void Superblock::EncodeTo(uint8_t out[kSuperblockSize]) const {
   std::string s;
@@ -196,20 +239,23 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
   std::vector<std::unique_ptr<Device>> devices;
   if (fresh) {
     Superblock sb;
-    sb.uuid = NewUuid();
+    // A first start that died before its journal: the same engine, made again.
+    const std::optional<EngineUuid> unfinished = ReadFirstStart(fs, options.data_dir);
+    sb.uuid = unfinished ? *unfinished : NewUuid();
+    if (!unfinished) KVFS_RETURN_IF_ERROR(WriteFirstStart(fs, options.data_dir, sb.uuid));
     sb.count = count;
     sb.segment_size = options.segment_size;
     std::vector<bool> created(count, false);
     for (uint32_t i = 0; i < count; ++i) {
       // Never clobber a device of another engine just because this data directory is new.
       auto existing = Device::OpenExisting(fs, specs[i].path);
-      if (existing.ok()) {
+      if (existing.ok() && (*existing)->superblock().uuid != sb.uuid) {
         return Status::Error(EEXIST, specs[i].path + " already holds a kvfs engine's data, but " +
                                          options.data_dir +
                                          " has no journal for it; remove "
                                          "the device file (or wipe its first 4 KiB) to start over");
       }
-      if (HoldsOtherData(fs, specs[i].path)) {
+      if (!existing.ok() && HoldsOtherData(fs, specs[i].path)) {
         return Status::Error(EEXIST, specs[i].path +
                                          " holds data that is not a kvfs device; kvfs will not "
                                          "overwrite it: name another path, or remove the file "

@@ -77,5 +77,8 @@ class Device {
 // one requires every device, each with the same uuid, its own index and the same count.
 Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
                                                          const EngineOptions& options, bool fresh);
+// Called once the engine's journal exists: a later start is no first start (the next one
+// needs the devices it finds to be its own).
+void FinishFirstStart(FileSystem& fs, const std::string& data_dir);
 
 }  // namespace kvfs

@@ -231,6 +231,7 @@ Result<std::unique_ptr<LocalEngine>> LocalEngine::Open(const EngineOptions& opti
   KVFS_ASSIGN_OR_RETURN(RecoveredState state, Recover(*fs, options.data_dir));
   KVFS_ASSIGN_OR_RETURN(auto devices, OpenDevices(*fs, options, state.fresh));
   KVFS_RETURN_IF_ERROR(engine->Start(std::move(state), std::move(devices)));
+  FinishFirstStart(*fs, options.data_dir);
   return std::unique_ptr<LocalEngine>(std::move(engine));
 }
 

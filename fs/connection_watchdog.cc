@@ -66,6 +66,23 @@ bool Exited(int pidfd) {
   return ::poll(&p, 1, 0) == 1;
 }
 
+// Whether the main thread of `pid` has exited while other threads of it may live on: it stays
+// listed as a zombie then. Read while the daemon's pidfd says it has not exited, so `pid` is
+// still the daemon's.
+bool MainThreadExited(pid_t pid) {
+  char buf[512];
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  const std::string_view stat(buf, static_cast<size_t>(n));
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
 // A copy of descriptor `fd` of the daemon `pid`, taken from one of its threads still alive
 // (the main thread is gone: its own table is), or -1.
 int BorrowDaemonFd(pid_t pid, int fd) {
@@ -186,10 +203,18 @@ int ConnectionWatchdogMain(int argc, char** argv) {
   // The daemon died before the lines above (the parent is already another): it is gone, and
   // its pid may name another process by now.
   if (daemon_pidfd < 0 || ::getppid() != daemon) return 0;
-  int sig = 0;
-  while (sigwait(&wait_for, &sig) != 0 || (sig != kDeathSignal && sig != SIGTERM)) {
+  // The kernel's signal may never come: a daemon killed while this process was starting (before
+  // the prctl above) made another of its threads our parent, still the daemon for getppid(),
+  // and a thread stuck in the kernel never exits. So the main thread is also looked at, once a
+  // second: a zombie main thread is the daemon's death.
+  for (;;) {
+    const timespec second{1, 0};
+    const int sig = sigtimedwait(&wait_for, nullptr, &second);
+    if (sig == SIGTERM) return 0;  // a clean shutdown
+    if (sig == kDeathSignal) break;
+    if (Exited(daemon_pidfd)) return 0;  // gone, every thread of it, and its connection with it
+    if (MainThreadExited(daemon)) break;
   }
-  if (sig == SIGTERM) return 0;  // a clean shutdown
   // The daemon's main thread is gone; the others normally follow within milliseconds, and the
   // last one closes /dev/fuse, which ends the connection. The pidfd turns readable then.
   pollfd exited{daemon_pidfd, POLLIN, 0};

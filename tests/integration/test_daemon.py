@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -330,6 +331,39 @@ class Lifecycle(unittest.TestCase):
                 os.statvfs(m.mnt)
             self.assertEqual(e.exception.errno, errno.ENOTCONN)
             self.assertNotIn("kvfs-watchdog", m.log_tail())  # nothing was stuck: no abort
+
+    def test_the_watchdog_acts_when_the_daemon_died_before_it_could_be_told(self):
+        # The kernel tells the watchdog of its daemon's death by a signal it asks for once it
+        # runs. A daemon killed in the milliseconds before that (kill -9 at a random moment of
+        # a start: 1 in 30 here) left it waiting for ever, while the daemon's readahead
+        # thread, stuck on a request to its own dead mount, kept the mount wedged. A stand-in
+        # daemon here: its main thread starts the watchdog and exits at once, another thread
+        # lives on (as a thread stuck in the kernel would), and its "/dev/fuse" is /dev/null
+        # (connection 999999 names no mount, so nothing is aborted).
+        tmp = tempfile.mkdtemp(prefix="kvfs-watchdog-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        log = os.path.join(tmp, "log")
+        open(log, "w").close()
+        stand_in = (
+            "import ctypes, os, subprocess, sys, threading, time\n"
+            "fd = os.open('/dev/null', os.O_RDONLY)\n"
+            "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+            "w = subprocess.Popen([sys.argv[1], '--connection-watchdog', str(os.getpid()),"
+            " '999999', str(fd), sys.argv[2], '/nowhere'], pass_fds=[fd])\n"
+            "print(w.pid, flush=True)\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n")
+        daemon = subprocess.Popen([sys.executable, "-c", stand_in, default_kvfs_bin(), log],
+                                  stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (daemon.kill(), daemon.wait()))
+        watchdog = int(daemon.stdout.readline())
+        deadline = time.monotonic() + 15
+        while _pid_alive(watchdog) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _pid_alive(watchdog):
+            os.kill(watchdog, signal.SIGKILL)
+            self.fail("the watchdog still waits for a daemon whose main thread is gone")
+        with open(log) as f:
+            self.assertIn("died with a thread stuck in the kernel", f.read())
 
     def test_a_live_or_frozen_mount_is_not_mounted_over(self):
         with KvfsMount(capacity="128M") as m:
