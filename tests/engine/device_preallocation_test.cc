@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "fault_injection_fs.h"
 #include "fillable_fs.h"
 #include "kvfs/local_engine.h"
 #include "root_records.h"
@@ -19,6 +20,7 @@
 namespace kvfs {
 namespace {
 
+using testing::FaultInjectionFileSystem;
 using testing::FillableFileSystem;
 using testing::TempDir;
 
@@ -85,6 +87,25 @@ TEST(DevicePreallocation, AFailedSecondDeviceLeavesNoFirstOneToRefuseTheNextStar
   auto again = LocalEngine::Open(o);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(std::filesystem::file_size(dir.path() + "/a.kvfs"), 32u << 20);
+}
+
+TEST(DevicePreallocation, AFirstStartThatDiedAtAnyStepStartsAgain) {
+  // A first start killed after a device's superblock and before the journal left a device the
+  // next start refused as another engine's ("already holds a kvfs engine's data"): the data
+  // directory had no journal to say it was this one's. Every call of a first start fails here
+  // in turn, as if the daemon died there (what was written stays), and a start follows.
+  for (uint64_t n = 1;; ++n) {
+    ASSERT_LT(n, 500u) << "a first start makes fewer calls than this";
+    TempDir dir;
+    auto fs = std::make_shared<FaultInjectionFileSystem>();
+    fs->CrashAtCall(n);
+    const bool whole = LocalEngine::Open(Opts(dir.path(), fs)).ok() && !fs->crashed();
+    auto again = LocalEngine::Open(Opts(dir.path(), FileSystem::Posix()));
+    ASSERT_TRUE(again.ok()) << "died at call " << n << ": " << again.status().ToString();
+    ASSERT_TRUE((*again)->Apply(MetaBatch{}).ok());
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/FIRST-START")) << "call " << n;
+    if (whole) break;  // past the last call of a first start
+  }
 }
 
 TEST(DevicePreallocation, AFileThatHoldsOtherDataIsNotTakenForADevice) {
