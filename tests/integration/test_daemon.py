@@ -334,12 +334,12 @@ class Lifecycle(unittest.TestCase):
 
     def test_the_watchdog_acts_when_the_daemon_died_before_it_could_be_told(self):
         # The kernel tells the watchdog of its daemon's death by a signal it asks for once it
-        # runs. A daemon killed in the milliseconds before that (kill -9 at a random moment of
-        # a start: 1 in 30 here) left it waiting for ever, while the daemon's readahead
-        # thread, stuck on a request to its own dead mount, kept the mount wedged. A stand-in
-        # daemon here: its main thread starts the watchdog and exits at once, another thread
-        # lives on (as a thread stuck in the kernel would), and its "/dev/fuse" is /dev/null
-        # (connection 999999 names no mount, so nothing is aborted).
+        # runs. A daemon killed in the milliseconds before that (kill -9 at random moments of
+        # a start: once in the first few dozen here) left it waiting for ever, while the
+        # daemon's readahead thread, stuck on a request to its own dead mount, kept the mount
+        # wedged. A stand-in daemon here: its main thread starts the watchdog and exits at
+        # once, another thread lives on (as a thread stuck in the kernel would), and its
+        # "/dev/fuse" is /dev/null (connection 999999 names no mount: nothing is aborted).
         tmp = tempfile.mkdtemp(prefix="kvfs-watchdog-")
         self.addCleanup(shutil.rmtree, tmp, True)
         log = os.path.join(tmp, "log")
