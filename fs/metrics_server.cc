@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "json_text.h"
 
@@ -20,7 +22,8 @@ namespace kvfs::fs {
 namespace {
 
 constexpr size_t kMaxRequest = 8 * 1024;
-constexpr int kIoTimeoutMs = 3000;
+constexpr int kIoTimeoutMs = 3000;      // a connection's whole life: request and reply
+constexpr size_t kMaxConnections = 32;  // at once; a new one past it closes the oldest
 
 struct Metric {
   const char* field;  // key in the status JSON
@@ -87,16 +90,6 @@ std::string Label(const std::string& v) {
 std::string Field(const nlohmann::json& status, const char* key) {
   auto it = status.find(key);
   return it != status.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-// Waits for fd (and the wake eventfd) to be ready; false on timeout, error or stop.
-bool WaitReady(int fd, int wake_fd, short events) {
-  pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-  int n;
-  do {
-    n = ::poll(p, 2, kIoTimeoutMs);
-  } while (n < 0 && errno == EINTR);
-  return n > 0 && (p[0].revents & events) && !(p[1].revents & POLLIN);
 }
 
 Result<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
@@ -229,34 +222,79 @@ void MetricsServer::Stop() {
   listen_fd_ = -1;
 }
 
+// One scrape: its request as it arrives, then its reply as it leaves, within one deadline
+// from its accept (a client that sends a byte now and then cannot hold it longer).
+struct MetricsServer::Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string in;
+  std::string out;  // the reply, once the request is whole
+  size_t sent = 0;
+};
+
 void MetricsServer::Serve() {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Connection> conns;
+  auto close_at = [&](size_t i) {
+    ::close(conns[i].fd);
+    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   for (;;) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    std::vector<pollfd> p = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    auto now = Clock::now();
+    int timeout_ms = -1;
+    for (const Connection& c : conns) {
+      p.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now);
+      const int ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    }
+    if (::poll(p.data(), p.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("metrics: poll: {}; endpoint stopped", std::strerror(errno));
-      return;
+      break;
     }
-    if (p[1].revents & POLLIN) return;
-    if (!(p[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // the client went away, or EAGAIN: back to poll
-    HandleConnection(fd);
-    ::close(fd);
+    if (p[1].revents & POLLIN) break;
+    now = Clock::now();
+    // Newest last: what the connections did, then expiry, then new ones (the poll entries
+    // 2.. line up with `conns` until something is erased, so erase from the back).
+    for (size_t i = conns.size(); i-- > 0;) {
+      if (p[i + 2].revents != 0 && !Advance(conns[i])) {
+        close_at(i);
+      } else if (now >= conns[i].deadline) {
+        close_at(i);
+      }
+    }
+    if (p[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        // Full: the oldest goes (idle or slow clients must not lock a scraper out).
+        if (conns.size() >= kMaxConnections) close_at(0);
+        conns.push_back({fd, now + std::chrono::milliseconds(kIoTimeoutMs), {}, {}, 0});
+      }
+    }
   }
+  for (Connection& c : conns) ::close(c.fd);
 }
 
-void MetricsServer::HandleConnection(int fd) {
-  std::string request;
-  char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos) {
-    if (request.size() > kMaxRequest || !WaitReady(fd, wake_fd_, POLLIN)) return;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return;
-    request.append(buf, static_cast<size_t>(n));
+bool MetricsServer::Advance(Connection& c) {
+  if (c.out.empty()) {
+    char buf[2048];
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    if (n == 0) return false;  // closed before a whole request
+    c.in.append(buf, static_cast<size_t>(n));
+    if (c.in.find("\r\n\r\n") == std::string::npos && c.in.find("\n\n") == std::string::npos)
+      return c.in.size() <= kMaxRequest;
+    c.out = Reply(c.in);
   }
+  const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  c.sent += static_cast<size_t>(n);
+  return c.sent < c.out.size();  // all sent: done (Connection: close)
+}
+
+std::string MetricsServer::Reply(const std::string& request) {
   // Request line: METHOD SP TARGET SP VERSION; a query string does not change the answer.
   const std::string line = request.substr(0, request.find_first_of("\r\n"));
   const auto sp1 = line.find(' '), sp2 = line.find(' ', sp1 + 1);
@@ -270,20 +308,9 @@ void MetricsServer::HandleConnection(int fd) {
     type = "text/plain; version=0.0.4; charset=utf-8";
     body = render_();
   }
-  std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                      "\r\nContent-Length: " + std::to_string(body.size()) +
-                      "\r\nConnection: close\r\n\r\n" + body;
-  size_t sent = 0;
-  while (sent < reply.size()) {
-    ssize_t n = ::send(fd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      if (!WaitReady(fd, wake_fd_, POLLOUT)) return;
-      continue;
-    }
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
-  }
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
 }
 
 }  // namespace kvfs::fs

@@ -2,8 +2,10 @@
 //
 // A deliberately small HTTP/1.1 server on one thread: GET /metrics answers the text exposition
 // format 0.0.4, anything else 404; one request per connection (Connection: close), requests
-// capped at 8 KiB and a few seconds, so a stuck scraper cannot hold the thread for long.
-// Scrapes are rare (seconds apart) and cheap, so serving them one at a time is enough.
+// capped at 8 KiB and each connection at 3 s from accept to its last byte. Up to 32
+// connections are served at once by one poll loop (a new one past that closes the oldest): idle
+// or slow clients cannot keep a scraper out (served one at a time, five idle connections made a
+// scrape wait 15 s, and one sending a byte every 2 s held the endpoint for good).
 //
 // Listen() runs before the daemon forks, so a bad or busy address fails `kvfs` itself with a
 // clear message and exit status 2; the listening socket is inherited by the daemon, which
@@ -35,8 +37,11 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
+  struct Connection;
   void Serve();
-  void HandleConnection(int fd);
+  // Reads or writes what `c` is ready for; false when it is done (all sent) or failed.
+  bool Advance(Connection& c);
+  std::string Reply(const std::string& request);
 
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop() makes it readable

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -114,6 +115,40 @@ class MetricsEndpoint(unittest.TestCase):
             finally:
                 idle.close()
             self.assertEqual(scrape(address, "/metrics?x=1")[0], 200)
+
+    def test_idle_and_slow_clients_do_not_keep_a_scraper_out(self):
+        # Served one at a time, 40 connections that say nothing made a scrape wait 40 x 3 s,
+        # and a client sending a byte now and then held the endpoint for good.
+        with KvfsMount(capacity="64M", extra_args=["--metrics", "127.0.0.1:0"]) as m:
+            address = m.status()["metrics_address"]
+            host, port = address.rsplit(":", 1)
+            idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(40)]
+            drip = socket.create_connection((host, int(port)), timeout=10)
+            try:
+                drip.sendall(b"G")
+                self.assertEqual(scrape(address)[0], 200)  # its own 10 s timeout
+                closed = False
+                for byte in b"ET /metrics HTTP/1.1\r\n":  # one a second, for up to 20 s
+                    time.sleep(1)
+                    try:
+                        drip.sendall(bytes([byte]))
+                    except OSError:
+                        closed = True
+                        break
+                    drip.settimeout(0.01)
+                    try:
+                        closed = drip.recv(100) == b""
+                    except socket.timeout:
+                        pass
+                    except OSError:
+                        closed = True
+                    if closed:
+                        break
+                self.assertTrue(closed, "the endpoint still waits for the dripping client")
+                self.assertEqual(scrape(address)[0], 200)
+            finally:
+                for s in idle + [drip]:
+                    s.close()
 
     def test_stops_at_unmount(self):
         m = KvfsMount(capacity="64M", extra_args=["--metrics", "127.0.0.1:0"])
