@@ -5,13 +5,14 @@
 // is (connectors stop at the first miss).
 //
 // Exit status: 0 names printed; 1 the token file cannot be read or does not parse.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
+#include <cstring>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "json_text.h"
@@ -21,16 +22,35 @@
 namespace kvfs::fs {
 namespace {
 
+// A token file is text of a few bytes per token: 256 MiB is tens of millions of tokens. The
+// cap keeps a file that never ends (--tokens /dev/zero read until memory ran out) an error.
+constexpr size_t kMaxTokenFile = 256u << 20;
+
 std::string ReadAll(const std::string& file) {
-  std::stringstream ss;
-  if (file == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
+  const int fd = file == "-" ? 0 : ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw Failure{kExitFailure, "kvfsctl hash: cannot read " + file + ": " + std::strerror(errno)};
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      if (fd != 0) ::close(fd);
+      if (err != 0)
+        throw Failure{kExitFailure,
+                      "kvfsctl hash: cannot read " + file + ": " + std::strerror(err)};
+      return text;
+    }
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxTokenFile) {
+      if (fd != 0) ::close(fd);
+      throw Failure{kExitFailure, "kvfsctl hash: " + file + ": more than " +
+                                      std::to_string(kMaxTokenFile >> 20) +
+                                      " MiB: not a token file"};
+    }
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Failure{kExitFailure, "kvfsctl hash: cannot read " + file};
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string Join(const std::string& dir, const std::string& name) {

@@ -1,6 +1,7 @@
 // kvfsctl pin | unpin | evict PATH...: the bounded cache's controls, through the mount's
 // user.kvfs.pin and user.kvfs.evict xattrs (the daemon journals pins and evicts at once).
 // Exit status: 0 when every path succeeded, 1 otherwise (a message per failed path).
+#include <sys/stat.h>
 #include <sys/xattr.h>
 
 #include <cerrno>
@@ -24,7 +25,10 @@ int PinCommand(const std::string& verb, const std::vector<std::string>& paths, b
     std::string error;
     if (::setxattr(path.c_str(), name, value, 1, 0) != 0) {
       const int err = errno;
+      struct stat st {};
+      const bool dir = err == EINVAL && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
       error = IsControlPath(path)               ? kControlPathRefusal
+              : dir                             ? "a directory (" + verb + " takes files)"
               : err == EPERM && verb == "evict" ? "pinned (unpin it first)"
                                                 : std::strerror(err);
       ++failed;

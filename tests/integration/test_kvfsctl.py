@@ -192,6 +192,10 @@ class ExitStatus(KvfsctlTestCase):
         (entry,) = json.loads(r.stdout)["where"]
         self.assertFalse(entry["ok"], entry)
         self.assertIn("no chunk location", entry["error"])
+        for verb in ("pin", "unpin", "evict"):  # they said "Invalid argument"
+            r = run([self.ctl, verb, self.m.path("d")])
+            self.assertEqual(r.returncode, 1, f"{r.stdout}\n{r.stderr}")
+            self.assertIn(f"a directory ({verb} takes files)", r.stderr)
         # A walk from the root skips the control files and counts in the singular right.
         r = run([self.ctl, "verify", self.m.mnt])
         self.assertEqual(r.returncode, 0, f"{r.stdout}\n{r.stderr}")
@@ -228,6 +232,12 @@ class ExitStatus(KvfsctlTestCase):
                 r = run([self.ctl, "hash", "--tokens", tokens])
                 self.assertEqual(r.returncode, 1, r.stdout)
                 self.assertIn("token", r.stderr)
+        # A file that never ends was read until memory ran out; a directory said nothing.
+        for path, why in (("/dev/zero", "not a token file"), (self.tmp, "Is a directory")):
+            with self.subTest(path=path):
+                r = run([self.ctl, "hash", "--tokens", path])
+                self.assertEqual(r.returncode, 1, r.stdout)
+                self.assertIn(why, r.stderr)
 
 
 class Prefetch(KvfsctlTestCase):
