@@ -266,7 +266,7 @@ Result<std::vector<std::unique_ptr<Device>>> OpenDevices(FileSystem& fs,
         size = options.capacity / count / (1ull << 20) * (1ull << 20) + kDeviceDataStart;
       if (specs[i].size == 0 && options.capacity == 0) size = 0;  // block device: its own size
       sb.index = i;
-      created[i] = fs.Open(specs[i].path, {}).status().err() == ENOENT;
+      created[i] = existing.status().err() == ENOENT;  // its open found no file
       auto dev = Device::Create(fs, specs[i].path, size, sb);
       if (!dev.ok()) {
         // Without a journal the devices made so far serve nobody, and left behind they would

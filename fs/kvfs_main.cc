@@ -190,9 +190,7 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
     const uint64_t real = fs_store->Stats().capacity_bytes;
     const uint64_t slack = std::max<size_t>(o.devices.size(), 1) * (2u << 20);
     if (real + slack < o.capacity || o.capacity + slack < real) {
-      const bool sized =
-          !o.devices.empty() && std::all_of(o.devices.begin(), o.devices.end(),
-                                            [](const DeviceSpec& d) { return d.size > 0; });
+      const bool sized = DevicesHaveSizes(o);
       reporter.Note("capacity is " + FormatSize(real) + ", what " +
                     (o.devices.empty() ? o.data_dir + "/device0.kvfs holds"
                                        : std::string("the devices hold")) +

@@ -82,6 +82,11 @@ const char* CompressionName(Compression c) {
   return "off";
 }
 
+bool DevicesHaveSizes(const MountOptions& options) {
+  return !options.devices.empty() && std::all_of(options.devices.begin(), options.devices.end(),
+                                                 [](const DeviceSpec& d) { return d.size > 0; });
+}
+
 bool AtOrUnder(const std::string& path, const std::string& dir) {
   std::error_code ec;
   // Symlinks resolved as far as the paths exist: a link into the mountpoint is on it too.
@@ -353,10 +358,7 @@ Status ResolveDefaults(MountOptions& options) {
     return Status::Error(ec.value(),
                          "cannot create data dir " + options.data_dir + ": " + ec.message());
   // Devices that all have a size hold what they hold: the capacity is theirs.
-  const bool sized =
-      !options.devices.empty() && std::all_of(options.devices.begin(), options.devices.end(),
-                                              [](const DeviceSpec& d) { return d.size > 0; });
-  if (options.capacity == 0 && sized) {
+  if (options.capacity == 0 && DevicesHaveSizes(options)) {
     for (const DeviceSpec& d : options.devices) options.capacity += d.size;
   }
   if (options.capacity == 0) {

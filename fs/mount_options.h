@@ -73,6 +73,8 @@ Status ResolveDefaults(MountOptions& options);
 
 // The defaults ResolveDefaults() uses, exposed for --help and tests.
 std::string DefaultDataDir();
+// Whether every device has a size (then they hold what they hold, whatever the capacity).
+bool DevicesHaveSizes(const MountOptions& options);
 // Whether `path` is `dir` or lies under it, symlinks resolved as far as both exist.
 bool AtOrUnder(const std::string& path, const std::string& dir);
 uint64_t DefaultCapacity(uint64_t free_bytes);

@@ -7,6 +7,7 @@
 
 #include "kvfsctl.h"
 #include "mount_info.h"
+#include "mount_options.h"
 
 namespace kvfs::fs {
 
@@ -30,10 +31,7 @@ std::string MountRootOf(const std::string& path) {
 
 bool IsControlPath(const std::string& path) {
   try {
-    const std::string control = MountRootOf(path) + "/.kvfs";
-    std::error_code ec;
-    const std::string resolved = std::filesystem::weakly_canonical(path, ec).string();
-    return !ec && (resolved == control || resolved.starts_with(control + "/"));
+    return AtOrUnder(path, MountRootOf(path) + "/.kvfs");
   } catch (const Failure&) {
     return false;  // not on a kvfs mount after all
   }
