@@ -334,6 +334,7 @@ nlohmann::json Control::NodesJson() {
                      {"state", n.state},
                      {"capacity_bytes", n.capacity_bytes},
                      {"used_bytes", n.used_bytes},
+                     {"replicas", n.replicas},
                      {"gets_sent", n.gets_sent},
                      {"puts_sent", n.puts_sent}});
   }

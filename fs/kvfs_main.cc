@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -155,6 +156,24 @@ Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
   return so;
 }
 
+// Nodes started with another --replicas than this one are taken (a rolling change of R passes
+// through that state), but the operator must hear of it: each node's publishes keep its own R.
+void NoteOtherReplicas(const ClusterView& v, StartReporter* reporter) {
+  std::map<uint32_t, std::string> others;  // R -> the nodes that keep it
+  for (const NodeView& n : v.nodes) {
+    if (n.state == "self" || n.replicas == 0 || n.replicas == v.replicas) continue;
+    std::string& ids = others[n.replicas];
+    ids += (ids.empty() ? "" : ", ") + std::to_string(n.id);
+  }
+  for (const auto& [r, ids] : others) {
+    reporter->Note("--replicas is " + std::to_string(v.replicas) + " here but " +
+                   std::to_string(r) + " on node" +
+                   (ids.find(',') == std::string::npos ? " " : "s ") + ids +
+                   ": what each node publishes keeps its own node's number of copies; " +
+                   "start every node with the same --replicas");
+  }
+}
+
 // `metrics` is the --metrics socket main() bound before forking (null when off).
 int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
   StartReporter reporter(ready_fd);
@@ -184,6 +203,7 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
                          store.status().ToString());
   }
   ChunkStore* fs_store = store->get();
+  if (o.cluster.enabled()) NoteOtherReplicas(fs_store->Cluster(), &reporter);
   if (o.store == "local") {
     // A data directory keeps the devices it was made with: a --capacity changed since does not
     // resize them, and the operator who raised it must not believe it did.

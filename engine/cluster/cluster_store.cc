@@ -75,6 +75,7 @@ Status ClusterStore::Start() {
   mo.self = options_.node_id;
   mo.address = address;
   mo.ttl = options_.lease_ttl;
+  mo.replicas = options_.replicas;
   mo.usage = [this] {
     StoreStats s = local_->Stats();
     return std::make_pair(s.capacity_bytes, s.used_bytes);
@@ -469,6 +470,7 @@ ClusterView ClusterStore::Cluster() const {
     if (m.drained && m.draining) n.state = "drained";
     n.capacity_bytes = m.capacity_bytes;
     n.used_bytes = m.used_bytes;
+    n.replicas = m.replicas;
     if (m.id == options_.node_id) {
       StoreStats s = local_->Stats();
       n.capacity_bytes = s.capacity_bytes;
@@ -505,6 +507,7 @@ ClusterView ClusterStore::Cluster() const {
     NodeView n;
     n.id = options_.node_id;
     n.state = "self";
+    n.replicas = options_.replicas;
     v.nodes.push_back(std::move(n));
   }
   std::sort(v.nodes.begin(), v.nodes.end(),

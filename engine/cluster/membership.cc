@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 namespace kvfs::cluster {
@@ -21,6 +23,8 @@ std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
     m.capacity_bytes = c->get<uint64_t>();
   if (auto u = j.find("used"); u != j.end() && u->is_number_unsigned())
     m.used_bytes = u->get<uint64_t>();
+  if (auto r = j.find("replicas"); r != j.end() && r->is_number_unsigned())
+    m.replicas = static_cast<uint32_t>(std::min<uint64_t>(r->get<uint64_t>(), UINT32_MAX));
   if (auto d = j.find("drained"); d != j.end() && d->is_boolean()) m.drained = d->get<bool>();
   return m;
 }
@@ -66,6 +70,7 @@ std::string Membership::SelfValue() const {
   json j = json::object();
   j["id"] = options_.self;
   j["address"] = options_.address;
+  if (options_.replicas != 0) j["replicas"] = options_.replicas;
   if (options_.usage) {
     auto [cap, used] = options_.usage();
     j["capacity"] = cap;
@@ -220,6 +225,7 @@ Status Membership::Reload(int64_t* revision) {
     std::lock_guard lock(mu_);
     members_ = std::move(members);
     drains_ = std::move(drains);
+    for (const auto& [id, m] : members_) WarnIfReplicasDiffer(m);
   }
   *revision = resp.revision;
   return Status::Ok();
@@ -232,6 +238,7 @@ void Membership::ApplyEvent(const etcd::Event& ev) {
     auto m = put ? LiveMember(*id, ev.kv) : std::nullopt;
     if (m) {
       members_[*id] = *m;
+      WarnIfReplicasDiffer(*m);
     } else {
       members_.erase(*id);  // gone, or overwritten by something that is no registration
     }
@@ -242,6 +249,18 @@ void Membership::ApplyEvent(const etcd::Event& ev) {
       drains_.erase(*d);
     }
   }
+}
+
+void Membership::WarnIfReplicasDiffer(const MemberInfo& m) {
+  if (m.id == options_.self || m.replicas == 0 || options_.replicas == 0) return;
+  uint32_t& warned = replicas_warned_[m.id];
+  if (m.replicas == options_.replicas) warned = 0;
+  if (m.replicas == options_.replicas || m.replicas == warned) return;
+  warned = m.replicas;
+  spdlog::warn(
+      "cluster: node {} keeps {} replica{} of what it publishes, this node {}: start every node "
+      "with the same --replicas",
+      m.id, m.replicas, m.replicas == 1 ? "" : "s", options_.replicas);
 }
 
 void Membership::WatchLoop() {

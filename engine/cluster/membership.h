@@ -36,6 +36,7 @@ struct MemberInfo {
   NodeId id = 0;
   std::string address;  // HOST:PORT of its peer server
   uint64_t capacity_bytes = 0, used_bytes = 0;
+  uint32_t replicas = 0;  // its --replicas (0: not published, a node of an older kvfs)
   bool draining = false;  // an operator's drain mark (x/ key)
   bool drained = false;   // the node says every chunk it holds has R copies elsewhere
 };
@@ -44,6 +45,7 @@ struct MembershipOptions {
   NodeId self = 0;
   std::string address;
   std::chrono::seconds ttl{5};
+  uint32_t replicas = 0;  // published, so that nodes started with another R are seen
   // Capacity and usage to publish (called every few seconds from the renewal thread).
   std::function<std::pair<uint64_t, uint64_t>()> usage;
 };
@@ -90,6 +92,9 @@ class Membership {
   void ApplyEvent(const etcd::Event& ev);
   void RenewIfSelfMissing();                // from the watch thread
   void MarkUnreachable(const Status& why);  // logs and tells on_change_ once per outage
+  // Logs (once per node and value) a member that keeps another number of replicas than this
+  // node: what each node publishes keeps its own node's R, so the operator must hear of it.
+  void WarnIfReplicasDiffer(const MemberInfo& m);  // mu_ held
 
   etcd::Client* const etcd_;
   const NamespaceKeys* const keys_;
@@ -112,6 +117,7 @@ class Membership {
   std::map<NodeId, MemberInfo> members_;                             // from m/ keys
   std::map<NodeId, std::chrono::steady_clock::time_point> fetched_;  // FindOrFetch's last read
   std::map<NodeId, bool> drains_;                                    // from x/ keys
+  std::map<NodeId, uint32_t> replicas_warned_;  // WarnIfReplicasDiffer's last warning per node
 };
 
 }  // namespace kvfs::cluster

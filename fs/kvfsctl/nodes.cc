@@ -1,9 +1,10 @@
 // kvfsctl nodes MOUNTPOINT: the cluster as the mounted node sees it, from MOUNTPOINT/.kvfs/nodes
 // (what etcd says: one row per node with id, address, state, capacity, usage and this node's
-// requests to it; the etcd endpoints, the namespace revision applied here, the repair this
-// node leads and how its namespace changes fared in etcd). Exit status: 0 when every node is this
-// one, up or draining, 1 when a node is down (a problem an operator should look at), etcd is
-// unreachable, or the file cannot be read. A single-node mount lists itself.
+// requests to it, the replicas it publishes with; the etcd endpoints, the namespace revision
+// applied here, the repair this node leads and how its namespace changes fared in etcd). Exit
+// status: 0 when every node is this one, up or draining, 1 when a node is down or keeps another
+// number of replicas than this one (problems an operator should look at), etcd is unreachable,
+// or the file cannot be read. A single-node mount lists itself.
 //
 // kvfsctl drain|undrain MOUNTPOINT [--node N]: writes "drain N" to MOUNTPOINT/.kvfs/ctl.
 #include <cerrno>
@@ -37,8 +38,8 @@ void PrintTable(const nlohmann::json& doc) {
   std::printf("node %s, %zu node%s, replicas %s, transport %s\n", Text(doc, "self").c_str(),
               nodes.size(), nodes.size() == 1 ? "" : "s", Text(doc, "replicas").c_str(),
               Text(doc, "transport").c_str());
-  std::printf("%-5s %-22s %-8s %10s %10s %6s %10s %10s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
-              "USED", "USE%", "GETS sent", "PUTS sent");
+  std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10s %10s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
+              "USED", "USE%", "R", "GETS sent", "PUTS sent");
   for (const auto& n : nodes) {
     const uint64_t cap = Count(n, "capacity_bytes"), used = Count(n, "used_bytes");
     char pct[16] = "-";
@@ -48,9 +49,10 @@ void PrintTable(const nlohmann::json& doc) {
     }
     std::string address = Text(n, "address");
     if (address.empty()) address = "-";
-    std::printf("%-5s %-22s %-8s %10s %10s %6s %10llu %10llu\n", Text(n, "id").c_str(),
+    const uint64_t r = Count(n, "replicas");
+    std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10llu %10llu\n", Text(n, "id").c_str(),
                 address.c_str(), Text(n, "state").c_str(), cap ? FormatSize(cap).c_str() : "-",
-                cap ? FormatSize(used).c_str() : "-", pct,
+                cap ? FormatSize(used).c_str() : "-", pct, r ? std::to_string(r).c_str() : "-",
                 static_cast<unsigned long long>(Count(n, "gets_sent")),
                 static_cast<unsigned long long>(Count(n, "puts_sent")));
   }
@@ -133,7 +135,18 @@ int Nodes(const std::string& root, bool json) {
     ++down;
     if (!json) std::fprintf(stderr, "kvfsctl nodes: etcd is unreachable from this node\n");
   }
+  const uint64_t replicas = Count(doc, "replicas");
   for (const auto& n : doc["nodes"]) {
+    const uint64_t r = Count(n, "replicas");
+    if (r != 0 && replicas != 0 && r != replicas) {
+      ++down;
+      if (!json)
+        std::fprintf(stderr,
+                     "kvfsctl nodes: node %s keeps %llu replica%s of what it publishes, this node "
+                     "%llu: start every node with the same --replicas\n",
+                     Text(n, "id").c_str(), static_cast<unsigned long long>(r), r == 1 ? "" : "s",
+                     static_cast<unsigned long long>(replicas));
+    }
     const std::string state = n.value("state", std::string());
     if (state != "self" && state != "up" && state != "draining" && state != "drained") {
       ++down;

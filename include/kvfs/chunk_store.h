@@ -180,6 +180,7 @@ struct NodeView {
   // "self", "up", "draining", "down" (known from a holder list only); self may be "draining"
   std::string state;
   uint64_t capacity_bytes = 0, used_bytes = 0;
+  uint32_t replicas = 0;  // the R it publishes with (0: not known, a down or older node)
   uint64_t gets_sent = 0, puts_sent = 0;  // this node's requests to it (peers only)
 };
 struct ClusterView {
@@ -324,6 +325,7 @@ class ChunkStore {
     ClusterView v;
     NodeView self;
     self.state = "self";
+    self.replicas = 1;
     const StoreStats s = Stats();
     self.capacity_bytes = s.capacity_bytes;
     self.used_bytes = s.used_bytes;

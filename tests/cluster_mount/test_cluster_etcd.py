@@ -105,6 +105,32 @@ class ClusterEtcd(ClusterEtcdCase):
                       f"{after['transactions']} etcd transactions, 0 refused as conflicts",
                       r.stdout)
 
+    def test_a_node_started_with_other_replicas_is_named_until_it_agrees(self):
+        # Each node's publishes keep its own --replicas: a node started with another R is
+        # taken (a rolling change of R passes through that state), but said at its start, in
+        # the other nodes' logs and by kvfsctl nodes (exit 1) until it restarts with the same.
+        c = self.cluster(n=3, replicas=2, start_nodes=[1, 2])
+        c.replicas = 1
+        c.start_node(3)
+        c.wait_joined([1, 2, 3])
+        self.assertIn("--replicas is 1 here but 2 on nodes 1, 2", c.log(3))
+        for k in (1, 2):
+            wait_until(lambda: "node 3 keeps 1 replica of what it publishes, this node 2"
+                       in c.log(k), VISIBLE_S, what=f"node {k} logs node 3's replicas")
+        self.assertEqual({int(n["id"]): n["replicas"] for n in c.nodes_json(1)["nodes"]},
+                         {1: 2, 2: 2, 3: 1})
+        r = c.kvfsctl("nodes", c.path(1))
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn("node 3 keeps 1 replica of what it publishes, this node 2", r.stderr)
+        self.assertRegex(r.stdout, r"\n3 .* 1 ")  # its row's R column
+        c.stop(3)
+        c.replicas = 2
+        c.start_node(3)
+        c.wait_joined([1, 2, 3])
+        wait_until(lambda: c.kvfsctl("nodes", c.path(1)).returncode == 0, VISIBLE_S,
+                   what="kvfsctl nodes finds every node with 2 replicas")
+        self.assertNotIn("--replicas is", c.log(3).split(" starting: mountpoint ")[-1])
+
     def test_rename_noreplace_race_across_nodes_has_one_winner(self):
         # Each of 6 writers on 3 nodes publishes its own temp file onto one name with
         # RENAME_NOREPLACE at once: exactly one rename takes the name, the others get EEXIST
