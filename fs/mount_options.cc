@@ -14,6 +14,7 @@
 #include <map>
 
 #include "config_file.h"
+#include "fuse_option_list.h"
 #include "kvfs/size.h"
 #include "kvfs/version.h"
 #include "mount_info.h"
@@ -21,24 +22,19 @@
 namespace kvfs::fs {
 namespace {
 
-// Splits each -o value at commas, takes config=PATH out of it (ours, not libfuse's), and keeps
-// the rest as given.
+// Splits each -o value at commas (as libfuse does, escapes and all), takes config=PATH out of
+// it (ours, not libfuse's), and keeps the rest as given.
 std::string TakeConfigOption(std::vector<std::string>& fuse_options) {
   std::string config;
   std::vector<std::string> kept;
   for (const std::string& value : fuse_options) {
     std::string rest;
-    size_t start = 0;
-    while (start <= value.size()) {
-      size_t comma = value.find(',', start);
-      if (comma == std::string::npos) comma = value.size();
-      std::string item = value.substr(start, comma - start);
-      if (item.rfind("config=", 0) == 0) {
-        config = item.substr(7);
+    for (const std::string& item : SplitOptionList(value)) {
+      if (item.starts_with("config=")) {
+        config = UnescapeOption(item.substr(7));
       } else if (!item.empty()) {
         rest += (rest.empty() ? "" : ",") + item;
       }
-      start = comma + 1;
     }
     if (!rest.empty()) kept.push_back(rest);
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string_view>
 
+#include "fuse_option_list.h"
 #include "mount_info.h"
 #include "splice_reply.h"
 
@@ -43,16 +44,13 @@ fuse_session* NewSession(std::vector<std::string> argv_s, const fuse_lowlevel_op
 Result<uint32_t> CheckUserOptions(const std::vector<std::string>& fuse_options) {
   uint32_t max_read = kMaxSplicedRead;
   for (const std::string& list : fuse_options) {
-    std::string_view rest = list;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      const std::string_view option = rest.substr(0, comma);
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    for (const std::string& item : SplitOptionList(list)) {
+      const std::string option = UnescapeOption(item);
       if (option.starts_with("subtype="))
         return Status::Invalid("-o " + std::string(option) +
                                ": the subtype is always kvfs (kvfsctl finds mounts by it)");
       if (!option.starts_with("max_read=")) continue;
-      const std::string_view value = option.substr(9);
+      const std::string_view value = std::string_view(option).substr(9);
       uint64_t n = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
       if (ec != std::errc() || end != value.data() + value.size() || n < 4096 ||

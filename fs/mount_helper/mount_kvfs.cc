@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../fuse_option_list.h"
 #include "kvfs/version.h"
 
 extern char** environ;
@@ -109,19 +110,11 @@ struct Invocation {
   bool verbose = false;
 };
 
-// Splits "a,b=c,d" at commas; a backslash escapes the next character (as in libfuse -o lists).
+// Splits "a,b=c,d" at commas and resolves escapes, as libfuse reads -o lists.
 std::vector<std::string> SplitOptions(const std::string& list) {
-  std::vector<std::string> out(1);
-  for (size_t i = 0; i < list.size(); ++i) {
-    char c = list[i];
-    if (c == '\\' && i + 1 < list.size()) {
-      out.back() += list[++i];
-    } else if (c == ',') {
-      out.emplace_back();
-    } else {
-      out.back() += c;
-    }
-  }
+  std::vector<std::string> out;
+  for (const std::string& o : kvfs::fs::SplitOptionList(list))
+    out.push_back(kvfs::fs::UnescapeOption(o));
   return out;
 }
 

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "fuse_option_list.h"
+
 namespace kvfs::fs {
 namespace {
 
@@ -55,6 +57,23 @@ TEST(MountOptionsTest, DefaultCapacityIsAQuarterClamped) {
   EXPECT_EQ(DefaultCapacity(0), 256ull << 20);
   EXPECT_EQ(DefaultCapacity(40ull << 30), 10ull << 30);
   EXPECT_EQ(DefaultCapacity(1ull << 50), 64ull << 30);
+}
+
+TEST(MountOptionsTest, OptionListsAreSplitAsLibfuseSplitsThem) {
+  // libfuse's fuse_opt: a backslash escapes the next character, or three octal digits a byte.
+  EXPECT_EQ(SplitOptionList("a,b=c\\,d,,e\\"),
+            (std::vector<std::string>{"a", "b=c\\,d", "", "e\\"}));
+  EXPECT_EQ(SplitOptionList(""), std::vector<std::string>{""});
+  EXPECT_EQ(UnescapeOption("b=c\\,d"), "b=c,d");
+  EXPECT_EQ(UnescapeOption("max_read\\0751"), "max_read=1");
+  EXPECT_EQ(UnescapeOption("a\\\\b\\4x\\"), "a\\b4x\\");
+  // An escaped comma is part of the option before it: no config= here for kvfs to take (it
+  // took /nonexistent and failed before).
+  auto p = Parse({"/tmp", "-o", "fsname=a\\,config=/nonexistent,allow_other"});
+  ASSERT_TRUE(p.options) << p.message;
+  EXPECT_EQ(p.options->config_file, "");
+  EXPECT_EQ(p.options->fuse_options,
+            std::vector<std::string>{"fsname=a\\,config=/nonexistent,allow_other"});
 }
 
 }  // namespace

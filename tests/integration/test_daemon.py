@@ -113,6 +113,23 @@ class CommandLine(unittest.TestCase):
                 self.assertFalse(os.path.exists(data), "the data directory was made")
                 self.assertFalse(_is_mounted(self.mnt))
 
+    def test_options_are_read_with_libfuses_escapes(self):
+        # kvfs split -o lists at every comma, libfuse not at an escaped one, and libfuse
+        # resolves octal escapes: kvfs refused a fsname holding ",subtype=" that libfuse takes,
+        # and let through a max_read libfuse took (which then killed the mount at INIT).
+        data = os.path.join(self.tmp, "fresh")
+        r = run([self.kvfs, self.mnt, "--data", data, "--capacity", "64M", "-o",
+                 "max_read\\0752000000"])
+        self.assertEqual(r.returncode, 2, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        self.assertIn("max_read=2000000: max_read must be", r.stderr)
+        self.assertFalse(os.path.exists(data), "the data directory was made")
+        r = self.daemon("--data", data, "--capacity", "64M", "-o", "fsname=a\\,subtype=b")
+        self.assertEqual(r.returncode, 0, f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        with open(os.path.join(self.mnt, "f"), "wb") as f:
+            f.write(b"x")
+        with open(os.path.join(self.mnt, "f"), "rb") as f:
+            self.assertEqual(f.read(), b"x")
+
     def test_a_smaller_max_read_is_taken(self):
         # Any max_read ended the session at INIT ("init() and fuse_session_new() requested
         # different maximum read size"): the mount went away as soon as it came.
