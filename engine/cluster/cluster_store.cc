@@ -119,8 +119,12 @@ Status ClusterStore::Start() {
         if (stop_) return;
       }
       HandleLocalLosses();
-      if (std::chrono::steady_clock::now() < tick) continue;
-      ExpireRetiring();
+      const auto now = std::chrono::steady_clock::now();
+      if (now < tick) continue;
+      // Woken seconds past its tick, this process did not run (SIGSTOP, a paused VM, a host
+      // stalled): the keep-alives of readers elsewhere could not reach it meanwhile, and time it
+      // did not run must not end the grace of the copies they read.
+      ExpireRetiring(/*resumed=*/now - tick > std::chrono::seconds(2));
       KeepReadsAlive();
       ProbeSuspects();
       log_->ReleaseScanHold();

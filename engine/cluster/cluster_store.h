@@ -198,7 +198,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // mu_ held: keeps `local` served for kRetireGrace; copies past the budget (oldest first)
   // go to `freed`, which the caller releases after mu_.
   void RetireLocked(uint64_t chunk, LayoutRef local, std::vector<LayoutRef>* freed);
-  void ExpireRetiring();
+  // Frees the retiring copies whose grace ended. `resumed`: this process did not run for a
+  // while (see the housekeeping loop); every grace starts again instead.
+  void ExpireRetiring(bool resumed);
   // Housekeeping, once a second: the keep-alive GETs of open reads (OpenRead), on the
   // readers' pool.
   void KeepReadsAlive();

@@ -110,10 +110,14 @@ ClusterStore::PeerCopy ClusterStore::CopyForPeer(uint64_t chunk) {
   return {nullptr, kInvalidId};
 }
 
-void ClusterStore::ExpireRetiring() {
+void ClusterStore::ExpireRetiring(bool resumed) {
   std::vector<LayoutRef> freed;  // released outside mu_: the last release frees extents
   std::lock_guard lock(mu_);
   const auto now = std::chrono::steady_clock::now();
+  if (resumed) {
+    for (Retiring& r : retiring_) r.until = std::max(r.until, now + kRetireGrace);
+    return;
+  }
   // Not in `until` order: a read moves a copy's on.
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     if (it->until > now) {

@@ -10,6 +10,7 @@ it by PID at the end."""
 import errno
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -236,6 +237,39 @@ class ClusterCapacity(unittest.TestCase):
         # Once closed, the three old copies go (the new version stays).
         wait_until(lambda: c.nodes[2].mount.status()["used_bytes"] <= used - size * 3 // 2, 20,
                    what="node 2's space comes back once the files are closed")
+
+    def test_a_holder_frozen_past_the_grace_still_serves_an_open_reader_after_it_resumes(self):
+        # Node 2 holds the only copy (R=1) of a file node 1 has open; node 2 unlinks it and is
+        # frozen (SIGSTOP: a paused VM, a stalled host) past the grace of dropped copies. Node
+        # 1's keep-alives could not reach it meanwhile; on resuming, node 2 freed the copy at
+        # once and node 1's next read failed with EIO. Time a node did not run does not count.
+        c = self.cluster(n=2, replicas=1, capacity="1G")
+        size = 16 << 20
+        c.publish(2, "fz/f", chunk_bytes("fz", size))
+        c.wait_exists(1, "fz/f", VISIBLE_S)
+        fd = os.open(c.path(1, "fz/f"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead
+            got = [os.pread(fd, 1 << 20, 0)]
+            os.unlink(c.path(2, "fz/f"))
+            c.wait_gone(1, "fz/f", VISIBLE_S)
+            pid = c.nodes[2].pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(8)  # past the grace (5 s) and node 2's lease (3 s)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            c.wait_state(1, 2, "up")
+            time.sleep(2)  # node 1 asks a peer it found unresponsive again within 1-2 s
+            off = len(got[0])
+            while off < size:
+                piece = os.pread(fd, 1 << 20, off)
+                self.assertTrue(piece, f"EOF at {off}")
+                got.append(piece)
+                off += len(piece)
+            self.assertTrue(b"".join(got) == chunk_bytes("fz", size), "node 1 read other bytes")
+        finally:
+            os.close(fd)
 
     def test_a_copy_sent_back_to_a_node_still_serving_its_evicted_one_is_held(self):
         # A copy evicted under a peer's reader is served for a grace (the test above). If repair
