@@ -377,6 +377,9 @@ class Namespace {
   // brought up to date before each refusal returns).
   template <typename Op>
   auto RetryConflicts(Op op) {
+    // Every change made this way goes to the store: one the store refuses up front must not
+    // change the tree first (see ChunkStore::CheckWritable).
+    if (Status st = store_->CheckWritable(); !st.ok()) return decltype(op())(std::move(st));
     for (int attempt = 1;; ++attempt) {
       auto result = op();
       if (result.ok() || !StatusOf(result).IsConflict() || attempt == kConflictAttempts)

@@ -43,6 +43,10 @@ Result<Inode*> Namespace::DirForNewName(uint64_t parent, std::string_view name) 
 Result<Inode*> Namespace::NewChild(uint64_t parent, std::string_view name, ObjectType type,
                                    uint32_t mode, uint32_t uid, uint32_t gid) {
   KVFS_ASSIGN_OR_RETURN(Inode * dir, DirForNewName(parent, name));
+  // A new name goes to the store (at once, or with the file's publish): refused up front, it is
+  // not made (see ChunkStore::CheckWritable). After the name checks, as Linux answers EEXIST
+  // before EROFS.
+  KVFS_RETURN_IF_ERROR(store_->CheckWritable());
   // The kernel already dropped S_ISGID from a file's mode when the caller may not have it.
   if (dir->rec.mode & S_ISGID) {
     gid = dir->rec.gid;

@@ -36,6 +36,7 @@ Status Namespace::SetPrefixParent(uint64_t ino, std::string_view value) {
       parent = at->rec.id;
     }
     if (parent == in->rec.prefix_parent()) return Status::Ok();
+    if (in->journaled && in->linked) KVFS_RETURN_IF_ERROR(store_->CheckWritable());
     in->rec.set_prefix_parent(parent);
     // Not published yet: the link goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();

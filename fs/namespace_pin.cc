@@ -16,6 +16,7 @@ Status Namespace::SetPinned(uint64_t ino, bool pinned) {
     const uint32_t flags =
         pinned ? (in->rec.flags | kFlagPinned) : (in->rec.flags & ~uint32_t{kFlagPinned});
     if (flags == in->rec.flags) return Status::Ok();
+    if (in->journaled && in->linked) KVFS_RETURN_IF_ERROR(store_->CheckWritable());
     in->rec.flags = flags;
     // Not published yet: the flag goes to the store with the publish.
     if (!in->journaled || !in->linked) return Status::Ok();

@@ -463,7 +463,7 @@ ClusterView ClusterStore::Cluster() const {
   v.ns_changes = c.batches;
   v.ns_conflicts = c.conflicts;
   v.ns_names_taken_over = c.displaced;
-  v.ns_refused_unreachable = c.refused_unreachable;
+  v.ns_refused_unreachable = c.refused_unreachable + refused_up_front_.load();
   std::set<NodeId> listed;
   for (const MemberInfo& m : membership_->Members()) {
     NodeView n;

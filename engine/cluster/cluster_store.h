@@ -90,6 +90,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   ObjectId NewId() override;
   Status Apply(const MetaBatch& batch) override;
   Result<uint64_t> Submit(const MetaBatch& batch) override;
+  Status CheckWritable() override;
   Status AwaitDurable(uint64_t token) override { return AwaitCommitted(token).status(); }
   Result<Committed> AwaitCommitted(uint64_t token) override;
   Result<std::unique_ptr<ChunkWriter>> NewWriter(LayoutRef base) override;
@@ -352,6 +353,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::atomic<int64_t> compaction_held_at_{0};
   std::atomic<uint16_t> compaction_held_by_{0};
   std::atomic<int64_t> compacted_revision_{0};  // compactor_.compacted(), for Cluster()
+  std::atomic<uint64_t> refused_up_front_{0};   // CheckWritable's refusals
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   std::mutex fetch_mu_;

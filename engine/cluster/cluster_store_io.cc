@@ -42,6 +42,13 @@ Status ClusterStore::Apply(const MetaBatch& batch) {
   return AwaitCommitted(token).status();
 }
 
+Status ClusterStore::CheckWritable() {
+  if (membership_->etcd_reachable()) return Status::Ok();
+  refused_up_front_.fetch_add(1, std::memory_order_relaxed);
+  return Status::Error(EROFS,
+                       "etcd is unreachable: namespace changes are refused until it is back");
+}
+
 Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
   if (!membership_->etcd_reachable()) {
     log_->NoteRefused(in);

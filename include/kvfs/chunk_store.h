@@ -254,6 +254,11 @@ class ChunkStore {
     return uint64_t{0};
   }
   virtual Status AwaitDurable(uint64_t /*token*/) { return Status::Ok(); }
+  // Whether a namespace change would be refused before the store even looked at it (EROFS and
+  // why: a cluster node cut off from etcd). The fs asks before it changes its tree, so that a
+  // change refused up front never shows, as a failed call must not. OK by default: the local
+  // engine's read-only state ends at a change that finds room again, so it must see changes.
+  virtual Status CheckWritable() { return Status::Ok(); }
   // AwaitDurable, and what the batch became: the revision its puts now have and the layouts the
   // store replaced (see Committed). The fs waits with this.
   virtual Result<Committed> AwaitCommitted(uint64_t token) {
