@@ -194,7 +194,15 @@ Result<std::unique_ptr<Device>> Device::OpenExisting(FileSystem& fs, const std::
     }
   }
   if (auto real = dev->file_->Size(); real.ok() && *real < dev->sb_.size) {
-    return Status::Corruption(path + " is smaller than its superblock says");
+    // Cut short behind kvfs's back (truncate, a copy that ran out of room). Grown back to its
+    // size, the chunks it still holds are served, and those past the cut fail their checksums
+    // and are dropped: the operator decides, not kvfs (the cut may be a mistake to undo).
+    const std::string want = std::to_string(dev->sb_.size);
+    return Status::Corruption(path + " is " + std::to_string(*real) + " bytes, smaller than the " +
+                              want +
+                              " its superblock says (truncated?). To start with the chunks it "
+                              "still holds: truncate -s " +
+                              want + " " + path);
   }
   return dev;
 }

@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from kvfs_testlib import KvfsMount, chunk_bytes, write_file_atomic
+from kvfs_testlib import KvfsError, KvfsMount, chunk_bytes, write_file_atomic
 
 
 def flip_bit(path: str, offset: int, bit: int = 3) -> None:
@@ -110,6 +110,38 @@ class CheckpointAndSuperblockDamageTest(unittest.TestCase):
             m.remount()  # the first copy was rewritten
             self.check_all(m, names)
             self.assertEqual(m.status()["recovery_repaired_superblocks"], 0)
+
+    def test_a_truncated_device_names_the_way_back_and_keeps_what_it_still_holds(self):
+        # A device file cut short behind kvfs's back stopped the start with "smaller than its
+        # superblock says" and no way on but deleting the cache. The refusal stays (the cut
+        # may be a mistake to undo) but says how to start with what the device still holds.
+        size = 4 << 20
+        with KvfsMount(capacity="64M") as m:
+            names = [f"t{i}" for i in range(8)]
+            for n in names:
+                write_file_atomic(m.path(n), chunk_bytes(n, size))
+            m.unmount()
+            device = os.path.join(m.data, "device0.kvfs")
+            full = os.path.getsize(device)
+            os.truncate(device, 16 << 20)
+            with self.assertRaises(KvfsError):
+                m.start()
+            log = m.log_tail(20000)
+            self.assertIn(f"truncate -s {full} {device}", log)
+            subprocess.run(["truncate", "-s", str(full), device], check=True)
+            m.start()
+            kept, lost = [], []
+            for n in names:
+                try:
+                    with open(m.path(n), "rb") as f:
+                        self.assertTrue(f.read() == chunk_bytes(n, size), f"{n}: other bytes")
+                    kept.append(n)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.EIO, n)
+                    lost.append(n)
+            self.assertTrue(kept and lost, (kept, lost))
+            self.assertGreaterEqual(m.status()["corrupt_dropped"], len(lost))
+            self.assertEqual(files_in(m, "t"), kept)  # the lost ones are dropped
 
 
 def fill(directory: str) -> str:
