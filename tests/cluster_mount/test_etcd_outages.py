@@ -11,15 +11,60 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 from cluster_etcd_case import ClusterEtcdCase, VISIBLE_S, DOWN_S
 from kvfs_cluster import wait_until
+from kvfs_etcd import endpoints, etcd_members, start_members
 from kvfs_testlib import chunk_bytes, write_file_atomic
 
 
 class EtcdOutages(ClusterEtcdCase):
+    def test_an_etcd_of_three_members_loses_one_then_its_quorum_and_gets_it_back(self):
+        # The etcd an inference cluster already runs has three members. Nodes given every
+        # member's URL go on when the member they use dies (the next URL takes over, and the
+        # watch resumes there), refuse changes with EROFS while the members left have no
+        # quorum (reads go on), and take changes again by themselves once it is back.
+        root = tempfile.mkdtemp(prefix="kvfs-etcd3-")
+        self.addCleanup(shutil.rmtree, root, True)
+        members = etcd_members(root, 3)
+        for m in members:
+            self.addCleanup(m.stop)
+        start_members(members)
+        c = self.cluster(n=2, replicas=2, start_nodes=[])
+        for k in (1, 2):
+            c.etcd_endpoint_of[k] = endpoints(members)
+            c.start_node(k)
+        c.wait_joined([1, 2])
+        for i in range(5):
+            c.publish(1, f"a{i}", chunk_bytes(f"a{i}", 100_000))
+        c.wait_exists(2, "a4", VISIBLE_S)
+        members[0].kill9()  # the first URL: where both nodes began
+        self.write_when_accepted(c, 1, "b0", b"b0", "node 1 publishes with member 0 dead")
+        for i in range(1, 10):
+            c.publish(1, f"b{i}", f"b{i}".encode())
+        c.wait_exists(2, "b9", VISIBLE_S)
+        self.write_when_accepted(c, 2, "c0", b"c0", "node 2 publishes with member 0 dead")
+        c.wait_exists(1, "c0", VISIBLE_S)
+        members[1].kill9()  # one member of three left: no quorum
+        with self.assertRaises(OSError) as e:
+            for i in range(20):  # the first may be on its way when the quorum goes
+                c.publish(1, f"noquorum{i}", b"q")
+        self.assertEqual(e.exception.errno, errno.EROFS)
+        for k in (1, 2):
+            with open(c.path(k, "a3"), "rb") as f:
+                self.assertTrue(f.read() == chunk_bytes("a3", 100_000), f"node {k}")
+        members[1].start()
+        self.write_when_accepted(c, 1, "d1", b"d1", "node 1 publishes once the quorum is back")
+        self.write_when_accepted(c, 2, "d2", b"d2", "node 2 publishes once the quorum is back")
+        c.wait_exists(1, "d2", VISIBLE_S)
+        c.wait_exists(2, "d1", VISIBLE_S)
+        in_etcd = {key.rsplit("/", 1)[1] for key, _ in members[2].range_prefix("/kvfs/d/")}
+        wait_until(lambda: set(os.listdir(c.path(1))) == set(os.listdir(c.path(2))) == in_etcd,
+                   VISIBLE_S, what="both nodes show what etcd holds")
+
     def test_a_change_waiting_on_etcd_when_it_freezes_fails_and_the_node_goes_on(self):
         # etcd stops answering while a change is on its way to it (before the node's keepalive
         # notices and refuses changes up front): that change fails with EROFS after the etcd

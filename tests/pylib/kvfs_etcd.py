@@ -11,6 +11,9 @@ Python 3 standard library only. Started and stopped by PID; KVFS_ETCD_BIN overri
     etcd.kill9(); etcd.start()      # a crash and a restart on the same ports and data
     etcd.compact()                  # compacts the history up to the current revision
     etcd.stop()
+
+    members = etcd_members(root, 3) # one etcd cluster of three members, each an EtcdProcess
+    start_members(members)          # (every member's own start waits for a quorum)
 """
 
 from __future__ import annotations
@@ -33,14 +36,17 @@ def etcd_binary() -> str | None:
 
 
 class EtcdProcess:
-    def __init__(self, root: str, host: str = "127.0.0.1"):
-        self.dir = os.path.join(root, "etcd")
+    def __init__(self, root: str, host: str = "127.0.0.1", name: str = "kvfs-test"):
+        self.name = name
+        self.dir = os.path.join(root, "etcd" if name == "kvfs-test" else f"etcd-{name}")
         self.host = host  # clients' address (a network namespace's node needs a veth one)
         self.client_port = free_port(host)
         self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
         self.started = False  # after the first start the ports are fixed: clients know them
-        self.log_path = os.path.join(root, "etcd.log")
+        self.log_path = self.dir + ".log"
+        # The members of its etcd cluster (etcd_members); None: a cluster of its own.
+        self.members: list[EtcdProcess] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -61,20 +67,30 @@ class EtcdProcess:
                 self.peer_port = free_port()
 
     def _start_once(self, timeout: float) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Starts the process without waiting for it to answer."""
         binary = etcd_binary()
         if not binary:
             raise RuntimeError("etcd not found (install etcd-server, or set KVFS_ETCD_BIN)")
         os.makedirs(self.dir, exist_ok=True)
         url = self.endpoint
         peer = f"http://127.0.0.1:{self.peer_port}"
+        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}"
+                           for m in (self.members or [self]))
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [binary, "--name", "kvfs-test", "--data-dir", self.dir,
+            [binary, "--name", self.name, "--data-dir", self.dir,
              "--listen-client-urls", url, "--advertise-client-urls", url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"kvfs-test={peer}", "--log-level", "warn"],
+             "--initial-cluster", initial, "--log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Waits until it answers a read (a member: once its cluster has a leader)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -139,3 +155,25 @@ class EtcdProcess:
 
     def log_tail(self, nbytes: int = 2000) -> str:
         return file_tail(self.log_path, nbytes)
+
+
+def etcd_members(root: str, n: int) -> list[EtcdProcess]:
+    """n members of one etcd cluster on loopback (not started: start_members)."""
+    members = [EtcdProcess(root, name=f"member{i}") for i in range(n)]
+    for m in members:
+        m.members = members
+    return members
+
+
+def endpoints(members: list[EtcdProcess]) -> str:
+    """The members' client URLs, as kvfs --etcd takes them."""
+    return ",".join(m.endpoint for m in members)
+
+
+def start_members(members: list[EtcdProcess], timeout: float = 30.0) -> None:
+    """Starts every member, then waits for each (a member alone has no quorum to answer)."""
+    for m in members:
+        m.launch()
+    for m in members:
+        m.wait_ready(timeout)
+        m.started = True
