@@ -371,7 +371,11 @@ Status Namespace::PublishLocked(WriteSession& s, uint64_t ino) {
       std::lock_guard lock(mu_);
       Inode* in = Find(ino);
       if (!in) return Status::Ok();
-      SetLayout(in, layout);
+      // Refused up front (a cluster node cut off from etcd): the new version is not shown,
+      // not even until etcd is back. The batch still goes to the store, which only notes what
+      // it touches for a reset (the times the writes moved, a name etcd never had).
+      batch.refused_up_front = in->linked && !store_->CheckWritable().ok();
+      if (!batch.refused_up_front) SetLayout(in, layout);
       in->rec.ctime = Now();
       in->rec.mode &= ~s.setid_dropped.load();
       // An unlinked file publishes nowhere: its holders keep their own view until they close

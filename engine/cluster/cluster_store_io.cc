@@ -50,7 +50,7 @@ Status ClusterStore::CheckWritable() {
 }
 
 Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
-  if (!membership_->etcd_reachable()) {
+  if (in.refused_up_front || !membership_->etcd_reachable()) {
     log_->NoteRefused(in);
     return Status::Error(EROFS,
                          "etcd is unreachable: namespace changes are refused until it is back");

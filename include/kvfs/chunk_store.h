@@ -50,6 +50,11 @@ struct MetaBatch {
   // hands it back with the resets a refused batch causes (ResetOrigin), so a reset that a later
   // change of the same object has overtaken is not forced on that change.
   uint64_t seq = 0;
+  // Refused before it was made (CheckWritable said so): the fs did not show it. The store only
+  // notes the objects it touches, to reset them to what it holds once it can (the times a
+  // write moved, a name it never had), and answers EROFS. Only a store whose CheckWritable
+  // refuses sees it.
+  bool refused_up_front = false;
 };
 
 // For debug lines: the batch's change number, what it puts and removes (with the revisions

@@ -153,13 +153,14 @@ class EtcdOutages(ClusterEtcdCase):
             self.assertEqual(os.listxattr(c.path(1, "e")), [])
             self.assertEqual(os.getxattr(c.path(1, "e"), "user.kvfs.pin"), b"0")
             self.assertEqual(os.stat(c.path(1, "e")).st_mode, mode)
-            # A rewrite of a file that exists is refused when it would publish, at close (its
-            # bytes show on node 1 until etcd answers and the reset runs).
+            # A rewrite of a file that exists is refused when it would publish, at close, and
+            # its bytes do not show (they did on node 1 until etcd answered and the reset ran).
             fd = os.open(c.path(1, "w"), os.O_WRONLY)
             os.write(fd, b"new")
             with self.assertRaises(OSError) as e:
                 os.close(fd)
             self.assertEqual(e.exception.errno, errno.EROFS)
+            self.assertEqual(self.read(c, 1, "w"), b"old")
             # reads go on, on both nodes
             self.assertEqual(self.read(c, 1, "e"), data)
             self.assertEqual(self.read(c, 2, "e"), data)
