@@ -24,6 +24,19 @@ REQUEST_TIMEOUT_MS = 1000
 VISIBLE_S = 5.0
 
 
+def read_to_end(fd: int, got: list, size: int) -> bytes:
+    """Reads fd on from the end of the pieces already in `got` to `size`, 1 MiB at a time;
+    returns every byte. An early end of file is a failure."""
+    off = sum(len(p) for p in got)
+    while off < size:
+        piece = os.pread(fd, 1 << 20, off)
+        if not piece:
+            raise AssertionError(f"EOF at {off} of {size}")
+        got.append(piece)
+        off += len(piece)
+    return b"".join(got)
+
+
 class ClusterCapacity(unittest.TestCase):
     def cluster(self, **kw):
         kw.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
@@ -182,13 +195,7 @@ class ClusterCapacity(unittest.TestCase):
             got = [os.pread(fd, 1 << 20, 0)]
             os.setxattr(c.path(2, "ev/big"), "user.kvfs.evict", b"1")
             c.wait_gone(1, "ev/big", VISIBLE_S)  # the last copy left: the name is gone
-            off = len(got[0])
-            while off < size:
-                piece = os.pread(fd, 1 << 20, off)
-                self.assertTrue(piece, f"EOF at {off}")
-                got.append(piece)
-                off += len(piece)
-            self.assertTrue(b"".join(got) == data, "node 1 read other bytes")
+            self.assertTrue(read_to_end(fd, got, size) == data, "node 1 read other bytes")
         finally:
             os.close(fd)
         wait_until(lambda: c.nodes[2].mount.status()["used_bytes"] <= used - size // 2, 15,
@@ -222,13 +229,7 @@ class ClusterCapacity(unittest.TestCase):
             c.wait_gone(1, names["evicted"], VISIBLE_S)
             time.sleep(8)  # past the grace, without a read
             for key, fd in fds.items():
-                off = len(got[key][0])
-                while off < size:
-                    piece = os.pread(fd, 1 << 20, off)
-                    self.assertTrue(piece, f"{key}: EOF at {off}")
-                    got[key].append(piece)
-                    off += len(piece)
-                self.assertTrue(b"".join(got[key]) == chunk_bytes(key, size),
+                self.assertTrue(read_to_end(fd, got[key], size) == chunk_bytes(key, size),
                                 f"{key}: node 1 read other bytes")
         finally:
             for fd in fds.values():
@@ -261,13 +262,8 @@ class ClusterCapacity(unittest.TestCase):
                 os.kill(pid, signal.SIGCONT)
             c.wait_state(1, 2, "up")
             time.sleep(2)  # node 1 asks a peer it found unresponsive again within 1-2 s
-            off = len(got[0])
-            while off < size:
-                piece = os.pread(fd, 1 << 20, off)
-                self.assertTrue(piece, f"EOF at {off}")
-                got.append(piece)
-                off += len(piece)
-            self.assertTrue(b"".join(got) == chunk_bytes("fz", size), "node 1 read other bytes")
+            self.assertTrue(read_to_end(fd, got, size) == chunk_bytes("fz", size),
+                            "node 1 read other bytes")
         finally:
             os.close(fd)
 
