@@ -78,10 +78,10 @@ constexpr std::string_view kFirstStartTag = "kvfs first start ";
 
 std::optional<EngineUuid> ReadFirstStart(FileSystem& fs, const std::string& dir) {
   auto text = ReadWholeFile(fs, dir + "/" + kFirstStartFile);
-  if (!text.ok() || text->size() != kFirstStartTag.size() + 33 ||
+  EngineUuid uuid;
+  if (!text.ok() || text->size() != kFirstStartTag.size() + 2 * uuid.size() + 1 ||  // hex, \n
       !text->starts_with(kFirstStartTag))
     return std::nullopt;
-  EngineUuid uuid;
   for (size_t i = 0; i < uuid.size(); ++i) {
     unsigned byte = 0;
     if (std::sscanf(text->c_str() + kFirstStartTag.size() + 2 * i, "%2x", &byte) != 1)

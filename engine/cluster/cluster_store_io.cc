@@ -30,6 +30,11 @@ bool IsFresh(const ObjectRecord& rec) {
   return rec.type == ObjectType::kFile && rec.layout && !AsClusterLayout(rec.layout);
 }
 
+Status EtcdUnreachable() {
+  return Status::Error(EROFS,
+                       "etcd is unreachable: namespace changes are refused until it is back");
+}
+
 }  // namespace
 
 TaskPool& ClusterStore::FetchPool() {
@@ -45,15 +50,17 @@ Status ClusterStore::Apply(const MetaBatch& batch) {
 Status ClusterStore::CheckWritable() {
   if (membership_->etcd_reachable()) return Status::Ok();
   refused_up_front_.fetch_add(1, std::memory_order_relaxed);
-  return Status::Error(EROFS,
-                       "etcd is unreachable: namespace changes are refused until it is back");
+  return EtcdUnreachable();
 }
 
 Result<uint64_t> ClusterStore::Submit(const MetaBatch& in) {
-  if (in.refused_up_front || !membership_->etcd_reachable()) {
+  if (in.refused_up_front) {
+    log_->NoteFailed(in);  // for its reset; CheckWritable counted the refusal
+    return EtcdUnreachable();
+  }
+  if (!membership_->etcd_reachable()) {
     log_->NoteRefused(in);
-    return Status::Error(EROFS,
-                         "etcd is unreachable: namespace changes are refused until it is back");
+    return EtcdUnreachable();
   }
   KVFS_RETURN_IF_ERROR(log_->ResetIfUncertain(in));
   MetaBatch batch = in;

@@ -225,7 +225,6 @@ Status Membership::Reload(int64_t* revision) {
     std::lock_guard lock(mu_);
     members_ = std::move(members);
     drains_ = std::move(drains);
-    for (const auto& [id, m] : members_) WarnIfReplicasDiffer(m);
   }
   *revision = resp.revision;
   return Status::Ok();

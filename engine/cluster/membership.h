@@ -92,8 +92,9 @@ class Membership {
   void ApplyEvent(const etcd::Event& ev);
   void RenewIfSelfMissing();                // from the watch thread
   void MarkUnreachable(const Status& why);  // logs and tells on_change_ once per outage
-  // Logs (once per node and value) a member that keeps another number of replicas than this
-  // node: what each node publishes keeps its own node's R, so the operator must hear of it.
+  // Logs (once per node and value) a member that joins or re-registers keeping another number
+  // of replicas than this node: what each node publishes keeps its own node's R, so the
+  // operator must hear of it. (At this node's own start, kvfs notes the members it finds.)
   void WarnIfReplicasDiffer(const MemberInfo& m);  // mu_ held
 
   etcd::Client* const etcd_;

@@ -30,27 +30,23 @@ std::string ReadAll(const std::string& file) {
   const int fd = file == "-" ? 0 : ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     throw Failure{kExitFailure, "kvfsctl hash: cannot read " + file + ": " + std::strerror(errno)};
-  std::string text;
+  std::string text, error;
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : 0;
-      if (fd != 0) ::close(fd);
-      if (err != 0)
-        throw Failure{kExitFailure,
-                      "kvfsctl hash: cannot read " + file + ": " + std::strerror(err)};
-      return text;
-    }
+    if (n < 0) error = "cannot read " + file + ": " + std::strerror(errno);
+    if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));
     if (text.size() > kMaxTokenFile) {
-      if (fd != 0) ::close(fd);
-      throw Failure{kExitFailure, "kvfsctl hash: " + file + ": more than " +
-                                      std::to_string(kMaxTokenFile >> 20) +
-                                      " MiB: not a token file"};
+      error =
+          file + ": more than " + std::to_string(kMaxTokenFile >> 20) + " MiB: not a token file";
+      break;
     }
   }
+  if (fd != 0) ::close(fd);
+  if (!error.empty()) throw Failure{kExitFailure, "kvfsctl hash: " + error};
+  return text;
 }
 
 std::string Join(const std::string& dir, const std::string& name) {
