@@ -116,7 +116,12 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // For PeerReader and Repairer: a client for a live node (null when unknown or down), the
   // order to try holders in (live ones not recently failing first), and failure notes.
   PeerClient* Client(NodeId node);
-  std::vector<NodeId> ReadOrder(const HolderList& holders) const;
+  // A suspect node is left out, so a frozen or cut-off peer costs one request timeout, not one
+  // per read. When that leaves no one to ask, a read that waits for the bytes (`demanded`,
+  // not a fetch ahead or a keep-alive) waits up to kProbeWait for a ping of the suspect
+  // holders, and asks those that answered: a holder that resumed is read from at once, not
+  // after the next ping of the housekeeping (1-2 s) or kSuspectFor.
+  std::vector<NodeId> ReadOrder(const HolderList& holders, bool demanded = false);
   // Whether `node` let a request time out within kSuspectFor (reads skip it, placement tries
   // it last).
   bool IsSuspect(NodeId node) const;
@@ -125,6 +130,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // suspect, so a healed partition is read from again within a second or two, not after
   // kSuspectFor.
   void ProbeSuspects();
+  // Pings `nodes` (those not being pinged already) on the push pool; a node that answers is
+  // no longer suspect. `ahead_of_a_read`: a read waits for it, so a node found again a
+  // moment ago (see Peer::cleared_at) is pinged anyway.
+  void Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read);
   PeerCounters* CountersFor(NodeId node);
   std::chrono::milliseconds request_timeout() const { return options_.request_timeout; }
   // A PeerReader's piece fetch, from its posting to its end: the store waits for these at
@@ -325,6 +334,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::chrono::steady_clock::time_point cleared_at{};
   };
   mutable std::mutex peers_mu_;
+  std::condition_variable probe_cv_;  // a ping of Probe ended (peers_mu_)
   std::map<NodeId, Peer> peers_;
 
   // Nodes ever listed as members (id -> address), for reporting the departed as down.

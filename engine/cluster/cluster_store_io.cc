@@ -20,6 +20,9 @@ namespace {
 
 constexpr size_t kMaxGet = 16u << 20;  // one GET of a one-shot Read
 constexpr auto kSuspectFor = std::chrono::seconds(10);
+// How long a read whose holders are all suspect waits for their pings: a holder that resumed
+// answers within a round trip; one still frozen costs each such read this, not a timeout.
+constexpr auto kProbeWait = std::chrono::milliseconds(100);
 
 std::string RankKey(uint64_t chunk) {
   return std::string(reinterpret_cast<const char*>(&chunk), sizeof chunk);
@@ -348,7 +351,7 @@ Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t of
                                         size_t len) {
   Status last = Status::IoError("chunk " + Hex16(layout.chunk) + " has no reachable holder");
   size_t done = 0;
-  for (NodeId n : ReadOrder(layout.holders)) {
+  for (NodeId n : ReadOrder(layout.holders, /*demanded=*/true)) {
     PeerClient* client = Client(n);
     if (client == nullptr) continue;
     CallOptions call;
@@ -480,23 +483,36 @@ bool ClusterStore::IsSuspect(NodeId node) const {
   return it != peers_.end() && it->second.suspect_until > now;
 }
 
-std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders) const {
-  std::vector<NodeId> good, down;
+std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders, bool demanded) {
+  std::vector<NodeId> good, down, suspect;
   for (NodeId n : holders) {
     if (n == options_.node_id) continue;
-    const bool is_suspect = IsSuspect(n);
-    // A node that timed out a moment ago is not asked again until kSuspectFor has passed: a
-    // frozen or cut-off peer costs one request timeout, not one per read. A node whose lease
-    // is gone is asked last (a connection refused costs nothing).
-    if (is_suspect) continue;
-    if (!membership_->IsLive(n)) {
+    // A node that timed out a moment ago is not asked until a ping finds it again (see
+    // ProbeSuspects). A node whose lease is gone is asked last (a refused connection costs
+    // nothing).
+    if (IsSuspect(n)) {
+      suspect.push_back(n);
+    } else if (!membership_->IsLive(n)) {
       down.push_back(n);
     } else {
       good.push_back(n);
     }
   }
   good.insert(good.end(), down.begin(), down.end());
-  return good;
+  if (!good.empty() || suspect.empty() || !demanded) return good;
+  Probe(suspect, /*ahead_of_a_read=*/true);
+  {
+    std::unique_lock lock(peers_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    auto cleared = [&](NodeId n) { return peers_[n].suspect_until <= now; };
+    probe_cv_.wait_for(lock, kProbeWait, [&] {
+      return std::any_of(suspect.begin(), suspect.end(), cleared) ||
+             std::none_of(suspect.begin(), suspect.end(),
+                          [&](NodeId n) { return peers_[n].probing; });
+    });
+    std::erase_if(suspect, [&](NodeId n) { return !cleared(n); });
+  }
+  return suspect;
 }
 
 void ClusterStore::NoteFailure(NodeId node, const Status& st) {
@@ -510,19 +526,33 @@ void ClusterStore::NoteFailure(NodeId node, const Status& st) {
 }
 
 void ClusterStore::ProbeSuspects() {
+  std::vector<NodeId> suspect;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [node, p] : peers_) {
+      if (p.suspect_until > now) suspect.push_back(node);
+    }
+  }
+  Probe(suspect, /*ahead_of_a_read=*/false);
+}
+
+void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<NodeId> due;
   {
     std::lock_guard lock(peers_mu_);
-    for (auto& [node, p] : peers_) {
+    for (NodeId node : nodes) {
+      Peer& p = peers_[node];
       if (p.suspect_until <= now || p.probing) continue;
-      if (p.cleared_at != std::chrono::steady_clock::time_point{} &&
+      if (!ahead_of_a_read && p.cleared_at != std::chrono::steady_clock::time_point{} &&
           now - p.cleared_at < kSuspectFor)
         continue;
       p.probing = true;
       due.push_back(node);
     }
   }
+  // Posted outside peers_mu_: a pool that is stopping runs the task on this thread.
   for (NodeId node : due) {
     // On the push pool: a ping of a cut-off node waits a whole request timeout.
     pushing_->Post([this, node] {
@@ -539,6 +569,7 @@ void ClusterStore::ProbeSuspects() {
           p.cleared_at = std::chrono::steady_clock::now();
         }
       }
+      probe_cv_.notify_all();
       if (st.ok()) {
         spdlog::info("cluster: node {} answers again; reads and placement use it", node);
       } else if (client) {

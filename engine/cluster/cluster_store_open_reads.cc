@@ -44,9 +44,9 @@ void ClusterStore::KeepReadsAlive() {
     read->NoteGet();
     // Every holder it may read from: a failover finds its copy kept too. A GET past the end
     // moves no bytes and is no access for the eviction policy (that is the read's first GET).
+    // Not a suspect node (ReadOrder leaves those out): it would hold a pool thread for a
+    // request timeout.
     for (NodeId node : ReadOrder(read->holders)) {
-      // A suspect node would hold a pool thread for a request timeout; its readers skip it.
-      if (node == options_.node_id || IsSuspect(node)) continue;
       FetchPosted();
       FetchPool().Post([this, read, node] {
         if (PeerClient* client = Client(node)) {

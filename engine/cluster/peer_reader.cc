@@ -16,7 +16,9 @@ std::atomic<uint64_t> g_held_bytes{0};  // in all readers' pieces, against kAhea
 
 }  // namespace
 
-PeerReader::Piece::Piece(size_t n) : charged(n) { g_held_bytes.fetch_add(charged); }
+PeerReader::Piece::Piece(size_t n, bool a) : charged(n), ahead(a) {
+  g_held_bytes.fetch_add(charged);
+}
 
 PeerReader::Piece::~Piece() { g_held_bytes.fetch_sub(charged); }
 
@@ -39,7 +41,7 @@ void PeerReader::Request(uint64_t index, bool ahead) {
   if (index * kPiece >= size_ || shared_->pieces.count(index)) return;
   const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, size_ - index * kPiece));
   if (ahead && g_held_bytes.load() + len > kAheadBudget) return;
-  auto piece = std::make_shared<Piece>(len);
+  auto piece = std::make_shared<Piece>(len, ahead);
   shared_->pieces[index] = piece;
   shared_->store->FetchPosted();
   pool_->Post([shared = shared_, index, piece] { Fetch(shared, index, piece); });
@@ -64,7 +66,7 @@ void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
   } else {
     // Not zero-filled: the GET overwrites every byte that is served.
     buf = std::make_shared_for_overwrite<uint8_t[]>(len);
-    for (NodeId node : store->ReadOrder(shared->holders)) {
+    for (NodeId node : store->ReadOrder(shared->holders, /*demanded=*/!piece->ahead)) {
       PeerClient* client = store->Client(node);
       if (client == nullptr) continue;
       wire::GetRequest req;
@@ -134,8 +136,17 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
   std::vector<std::shared_ptr<Piece>> wanted;
   for (uint64_t i = first; i <= last; ++i) wanted.push_back(shared_->pieces.at(i));
   for (uint64_t i = first; i <= last; ++i) {
-    const std::shared_ptr<Piece>& piece = wanted[i - first];
+    std::shared_ptr<Piece>& piece = wanted[i - first];
     shared_->cv.wait(lock, [&] { return piece->done; });
+    if (!piece->status.ok() && piece->ahead) {
+      // Fetched before this READ waited for it, it gave up on holders that were suspect
+      // without waiting for their ping (one may have resumed since): once more, as the READ's.
+      auto it = shared_->pieces.find(i);
+      if (it != shared_->pieces.end() && it->second == piece) shared_->pieces.erase(it);
+      Request(i, /*ahead=*/false);
+      piece = shared_->pieces.at(i);
+      shared_->cv.wait(lock, [&] { return piece->done; });
+    }
     if (!piece->status.ok()) {
       Status st = piece->status;
       auto it = shared_->pieces.find(i);

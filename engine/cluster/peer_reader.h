@@ -35,13 +35,16 @@ class PeerReader final : public ChunkReader {
 
  private:
   struct Piece {
-    explicit Piece(size_t charged);
+    Piece(size_t charged, bool ahead);
     ~Piece();  // gives its bytes back to the budget
     std::shared_ptr<uint8_t[]> buf;
     size_t len = 0;
     bool done = false;
     Status status;
     const size_t charged;  // counted against kAheadBudget from creation
+    // Fetched with no READ waiting for it: it does not wait for a ping of suspect holders
+    // (ClusterStore::ReadOrder), so a READ that finds it failed asks once more.
+    const bool ahead;
   };
   // What a fetch needs, shared with the fetches under way: a released reader does not wait
   // for them (they finish into pieces nobody reads; the store outlives them) and the ones not
