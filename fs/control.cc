@@ -336,7 +336,9 @@ nlohmann::json Control::NodesJson() {
                      {"used_bytes", n.used_bytes},
                      {"replicas", n.replicas},
                      {"gets_sent", n.gets_sent},
-                     {"puts_sent", n.puts_sent}});
+                     {"puts_sent", n.puts_sent},
+                     {"failures", n.failures},
+                     {"unanswering", n.unanswering}});
   }
   return nlohmann::json{
       {"self", v.self},

@@ -482,6 +482,8 @@ ClusterView ClusterStore::Cluster() const {
     } else if (PeerCounters* c = const_cast<ClusterStore*>(this)->CountersFor(m.id)) {
       n.gets_sent = c->gets_sent.load();
       n.puts_sent = c->puts_sent.load();
+      n.failures = c->failures.load();
+      n.unanswering = IsSuspect(m.id);
     }
     listed.insert(m.id);
     v.nodes.push_back(std::move(n));

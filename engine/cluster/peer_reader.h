@@ -1,7 +1,8 @@
 // PeerReader: the ChunkReader of a chunk this node does not hold. It fetches the chunk from its
 // holders in pieces, several ahead of a sequential reader and in parallel over the peer's
 // connections, and moves on to the next holder when one fails (a dead, frozen or partitioned
-// holder costs one request timeout, once: the store then tries it last for a while).
+// holder costs one request timeout, once: the store then skips it until a ping finds it again,
+// and a READ with no other holder waits a moment for that ping: ClusterStore::ReadOrder).
 #pragma once
 
 #include <condition_variable>

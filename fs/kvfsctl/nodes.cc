@@ -1,10 +1,11 @@
 // kvfsctl nodes MOUNTPOINT: the cluster as the mounted node sees it, from MOUNTPOINT/.kvfs/nodes
 // (what etcd says: one row per node with id, address, state, capacity, usage and this node's
-// requests to it, the replicas it publishes with; the etcd endpoints, the namespace revision
-// applied here, the repair this node leads and how its namespace changes fared in etcd). Exit
-// status: 0 when every node is this one, up or draining, 1 when a node is down or keeps another
-// number of replicas than this one (problems an operator should look at), etcd is unreachable,
-// or the file cannot be read. A single-node mount lists itself.
+// requests to it and how many failed, the replicas it publishes with; the etcd endpoints, the
+// namespace revision applied here, the repair this node leads and how its namespace changes
+// fared in etcd). Exit status: 0 when every node is this one, up or draining, 1 when a node is
+// down, does not answer this one, or keeps another number of replicas than this one (problems
+// an operator should look at), etcd is unreachable, or the file cannot be read. A single-node
+// mount lists itself.
 //
 // kvfsctl drain|undrain MOUNTPOINT [--node N]: writes "drain N" to MOUNTPOINT/.kvfs/ctl.
 #include <cerrno>
@@ -38,8 +39,8 @@ void PrintTable(const nlohmann::json& doc) {
   std::printf("node %s, %zu node%s, replicas %s, transport %s\n", Text(doc, "self").c_str(),
               nodes.size(), nodes.size() == 1 ? "" : "s", Text(doc, "replicas").c_str(),
               Text(doc, "transport").c_str());
-  std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10s %10s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
-              "USED", "USE%", "R", "GETS sent", "PUTS sent");
+  std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10s %10s %8s\n", "ID", "ADDRESS", "STATE",
+              "CAPACITY", "USED", "USE%", "R", "GETS sent", "PUTS sent", "FAILED");
   for (const auto& n : nodes) {
     const uint64_t cap = Count(n, "capacity_bytes"), used = Count(n, "used_bytes");
     char pct[16] = "-";
@@ -50,11 +51,12 @@ void PrintTable(const nlohmann::json& doc) {
     std::string address = Text(n, "address");
     if (address.empty()) address = "-";
     const uint64_t r = Count(n, "replicas");
-    std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10llu %10llu\n", Text(n, "id").c_str(),
+    std::printf("%-5s %-22s %-8s %10s %10s %6s %3s %10llu %10llu %8llu\n", Text(n, "id").c_str(),
                 address.c_str(), Text(n, "state").c_str(), cap ? FormatSize(cap).c_str() : "-",
                 cap ? FormatSize(used).c_str() : "-", pct, r ? std::to_string(r).c_str() : "-",
                 static_cast<unsigned long long>(Count(n, "gets_sent")),
-                static_cast<unsigned long long>(Count(n, "puts_sent")));
+                static_cast<unsigned long long>(Count(n, "puts_sent")),
+                static_cast<unsigned long long>(Count(n, "failures")));
   }
   if (doc.contains("etcd") && doc["etcd"].is_array() && !doc["etcd"].empty()) {
     std::string endpoints;
@@ -153,6 +155,15 @@ int Nodes(const std::string& root, bool json) {
       if (!json)
         std::fprintf(stderr, "kvfsctl nodes: node %s is %s\n", Text(n, "id").c_str(),
                      state.empty() ? "in an unknown state" : state.c_str());
+    } else if (n.value("unanswering", false)) {
+      // Its lease lives, but it let this node's request time out: frozen, cut off from this
+      // node, or overloaded. What only it holds cannot be read from here meanwhile.
+      ++down;
+      if (!json)
+        std::fprintf(stderr,
+                     "kvfsctl nodes: node %s is %s but let a request from this node time out; "
+                     "reads skip it until it answers a ping\n",
+                     Text(n, "id").c_str(), state.c_str());
     }
   }
   return down == 0 ? 0 : 1;

@@ -187,6 +187,10 @@ struct NodeView {
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint32_t replicas = 0;  // the R it publishes with (0: not known, a down or older node)
   uint64_t gets_sent = 0, puts_sent = 0;  // this node's requests to it (peers only)
+  uint64_t failures = 0;                  // of those, and of its pings, the failed ones
+  // It let a request time out lately (frozen, cut off, overloaded): reads skip it and
+  // placement tries it last until it answers a ping.
+  bool unanswering = false;
 };
 struct ClusterView {
   uint16_t self = 0;

@@ -156,11 +156,20 @@ class ClusterRemoteReads(unittest.TestCase):
                     self.assertEqual(r["errno"], errno.EIO, f"freeze {freeze}, read {attempt}")
                     if attempt == 2:  # node 1 is known unresponsive: no second timeout
                         self.assertLess(r["seconds"], REQUEST_TIMEOUT_MS / 1000, r["seconds"])
+                # Its lease still lives ("up"), but the operator is told.
+                row = [n for n in c.nodes_json(2)["nodes"] if n["id"] == 1][0]
+                self.assertEqual((row["state"], row["unanswering"]), ("up", True), row)
+                self.assertGreater(row["failures"], 0, row)
+                r = c.kvfsctl("nodes", c.path(2))
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn("node 1 is up but let a request from this node time out", r.stderr)
             finally:
                 os.kill(pid, signal.SIGCONT)
             r = read_cold()
             self.assertTrue(r["ok"], f"freeze {freeze}: read after the resume: errno {r['errno']}")
             self.assertTrue(r["data"] == data, f"freeze {freeze}: other bytes")
+            r = c.kvfsctl("nodes", c.path(2))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_writing_files_of_a_frozen_holder_stalls_no_other_operation(self):
         # Node 2 opens for writing two files only the frozen node 1 holds. A rewrite (O_TRUNC)
