@@ -135,6 +135,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // moment ago (see Peer::cleared_at) is pinged anyway.
   void Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read);
   PeerCounters* CountersFor(NodeId node);
+  void NotePlacedShort(uint64_t chunk, size_t copies);  // logs at most once a second
   std::chrono::milliseconds request_timeout() const { return options_.request_timeout; }
   // A PeerReader's piece fetch, from its posting to its end: the store waits for these at
   // shutdown, so a reader being released need not wait for its GETs (a frozen holder held the
@@ -364,6 +365,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   std::atomic<uint16_t> compaction_held_by_{0};
   std::atomic<int64_t> compacted_revision_{0};  // compactor_.compacted(), for Cluster()
   std::atomic<uint64_t> refused_up_front_{0};   // CheckWritable's refusals
+  // Chunks placed with fewer than R copies, and when that was last logged (steady ns): one
+  // line a second at most, since with a node cut off every publish is placed short.
+  std::atomic<uint64_t> placed_short_{0}, placed_short_logged_{0};
+  std::atomic<int64_t> placed_short_logged_ns_{0};
   std::mutex house_mu_;
   std::condition_variable house_cv_;
   std::mutex fetch_mu_;

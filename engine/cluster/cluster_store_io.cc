@@ -180,6 +180,10 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
     --wanted;
   }
   // The ranked nodes in order, each PUT in parallel; a failure moves on to the next candidate.
+  // A node that timed out a moment ago (frozen, cut off, before its lease runs out) is left
+  // out until a ping finds it again: one publish paid that timeout, the next ones do not, even
+  // when the others are too few for R copies (repair adds the missing ones once it answers;
+  // tried, it cost every publish a timeout for as long as it was cut off).
   std::vector<NodeId> candidates;
   for (NodeId n : ranked) {
     if (n == self) {
@@ -189,12 +193,8 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
       }
       continue;
     }
-    candidates.push_back(n);
+    if (!IsSuspect(n)) candidates.push_back(n);
   }
-  // A node that timed out a moment ago (frozen, cut off, before its lease runs out) is tried
-  // only when the others are not enough: one publish paid that timeout, the next ones do not.
-  std::stable_partition(candidates.begin(), candidates.end(),
-                        [this](NodeId n) { return !IsSuspect(n); });
   size_t next = 0;
   std::vector<NodeId> placed;
   while (placed.size() < wanted && next < candidates.size()) {
@@ -227,9 +227,7 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
       DropHolding(chunk, "placed on the ranked nodes");
     }
   }
-  if (holders.size() < options_.replicas)
-    spdlog::warn("cluster: chunk {} has {} of {} copies (repair will add the rest)", Hex16(chunk),
-                 holders.size(), options_.replicas);
+  if (holders.size() < options_.replicas) NotePlacedShort(chunk, holders.size());
   {
     std::lock_guard lock(mu_);
     auto it = held_.find(chunk);
@@ -474,6 +472,21 @@ PeerCounters* ClusterStore::CountersFor(NodeId node) {
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();
   return p.counters.get();
+}
+
+void ClusterStore::NotePlacedShort(uint64_t chunk, size_t copies) {
+  const uint64_t count = placed_short_.fetch_add(1) + 1;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = placed_short_logged_ns_.load();
+  if (last != 0 && now - last < 1'000'000'000) return;
+  if (!placed_short_logged_ns_.compare_exchange_strong(last, now)) return;  // another logs it
+  const uint64_t since = count - placed_short_logged_.exchange(count);
+  spdlog::warn("cluster: chunk {} has {} of {} copies (repair will add the rest){}", Hex16(chunk),
+               copies, options_.replicas,
+               since > 1 ? fmt::format("; {} chunks placed short since the last such line", since)
+                         : std::string());
 }
 
 bool ClusterStore::IsSuspect(NodeId node) const {

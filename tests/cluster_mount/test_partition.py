@@ -30,9 +30,9 @@ class Partition(unittest.TestCase):
         self.addCleanup(self.ns.cleanup)
         self.addCleanup(self.ns.heal)  # before the daemons stop: they leave through the link
 
-    def cluster(self):
+    def cluster(self, replicas=2):
         ns = self.ns
-        return start_cluster(self, n=3, replicas=2, etcd_host=ns.etcd_root,
+        return start_cluster(self, n=3, replicas=replicas, etcd_host=ns.etcd_root,
                              hosts={1: ns.peer_root, 2: ns.peer_ns, 3: ns.peer_root},
                              node_kvfs_bin={2: ns.wrapper()})
 
@@ -115,6 +115,29 @@ class Partition(unittest.TestCase):
         # The chunk published while cut off gets its second copy (repair).
         wait_until(lambda: len(c.location(1, "cut")["holders"]) == 2, 15.0, 0.2,
                    what="the chunk node 2 published alone has two holders")
+
+    def test_publishes_that_want_a_cut_off_peer_pay_one_timeout_not_one_each(self):
+        # R=3 on 3 nodes: every publish of node 1 wants a copy on node 2, whose lease lives
+        # while its link to its peers is dark. The first publish pays one timeout; the next ones
+        # skip node 2 (they had each waited a timeout for it: one publish a second per
+        # writer for as long as the cut lasted) and keep 2 copies, and repair adds the third
+        # once node 2 answers again.
+        c = self.cluster(replicas=3)
+        self.publish_on_1(c, 1)
+        self.ns.partition()
+        spent = 0.0
+        for i in range(6):
+            _, took = self.timed(lambda: write_file_atomic(c.path(1, f"g{i}"),
+                                                           chunk_bytes(f"g{i}", 1 << 20)))
+            spent += took
+            self.assertEqual(sorted(h["id"] for h in c.location(1, f"g{i}")["holders"]), [1, 3])
+        self.assertLess(spent, TIMEOUT_S + 2.0)
+        self.assertEqual(c.node_states(1).get(2), "up")
+        self.ns.heal()
+        for i in range(6):
+            wait_until(lambda: len(c.location(1, f"g{i}")["holders"]) == 3, 20.0, 0.2,
+                       what=f"g{i} gets its third copy once node 2 answers")
+        self.assertEqual(self.read(c, 2, "g5"), chunk_bytes("g5", 1 << 20))
 
     def test_a_node_cut_off_from_etcd_refuses_changes_serves_reads_and_comes_back(self):
         # The other link: node 2 reaches its peers but not etcd. Its first change waits for
