@@ -132,7 +132,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void ProbeSuspects();
   // Pings `nodes` (those not being pinged already) on the push pool; a node that answers is
   // no longer suspect. `ahead_of_a_read`: a read waits for it, so a node found again a
-  // moment ago (see Peer::cleared_at) is pinged anyway.
+  // moment ago is pinged anyway, and its answer serves the reads waiting for it without
+  // ending the suspicion (see Peer::cleared_at).
   void Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read);
   PeerCounters* CountersFor(NodeId node);
   void NotePlacedShort(uint64_t chunk, size_t copies);  // logs at most once a second
@@ -332,7 +333,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     bool probing = false;  // a ping of ProbeSuspects is under way
     // When a ping last ended a suspicion: a node suspected again soon after (it answers pings
     // but not requests, say a stuck disk) is not probed again; it waits out kSuspectFor.
+    // Only a read with no other holder pings it meanwhile (ReadOrder), and asks it once it
+    // answers; placement and other reads still leave it out.
     std::chrono::steady_clock::time_point cleared_at{};
+    std::chrono::steady_clock::time_point answered_at{};  // the last ping it answered
   };
   mutable std::mutex peers_mu_;
   std::condition_variable probe_cv_;  // a ping of Probe ended (peers_mu_)

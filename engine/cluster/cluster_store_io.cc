@@ -513,17 +513,22 @@ std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders, bool dema
   }
   good.insert(good.end(), down.begin(), down.end());
   if (!good.empty() || suspect.empty() || !demanded) return good;
+  const auto asked = std::chrono::steady_clock::now();
   Probe(suspect, /*ahead_of_a_read=*/true);
   {
     std::unique_lock lock(peers_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    auto cleared = [&](NodeId n) { return peers_[n].suspect_until <= now; };
+    // Answered a ping since this read asked, or no longer suspect (a ping of the housekeeping
+    // ended it; then its answer may predate `asked`).
+    auto answers = [&](NodeId n) {
+      const Peer& p = peers_[n];
+      return p.answered_at >= asked || p.suspect_until <= asked;
+    };
     probe_cv_.wait_for(lock, kProbeWait, [&] {
-      return std::any_of(suspect.begin(), suspect.end(), cleared) ||
+      return std::any_of(suspect.begin(), suspect.end(), answers) ||
              std::none_of(suspect.begin(), suspect.end(),
                           [&](NodeId n) { return peers_[n].probing; });
     });
-    std::erase_if(suspect, [&](NodeId n) { return !cleared(n); });
+    std::erase_if(suspect, [&](NodeId n) { return !answers(n); });
   }
   return suspect;
 }
@@ -552,23 +557,23 @@ void ClusterStore::ProbeSuspects() {
 
 void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read) {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<NodeId> due;
+  std::vector<std::pair<NodeId, bool>> due;  // node, whether its answer ends the suspicion
   {
     std::lock_guard lock(peers_mu_);
     for (NodeId node : nodes) {
       Peer& p = peers_[node];
       if (p.suspect_until <= now || p.probing) continue;
-      if (!ahead_of_a_read && p.cleared_at != std::chrono::steady_clock::time_point{} &&
-          now - p.cleared_at < kSuspectFor)
-        continue;
+      const bool flapping = p.cleared_at != std::chrono::steady_clock::time_point{} &&
+                            now - p.cleared_at < kSuspectFor;
+      if (flapping && !ahead_of_a_read) continue;
       p.probing = true;
-      due.push_back(node);
+      due.emplace_back(node, !flapping);
     }
   }
   // Posted outside peers_mu_: a pool that is stopping runs the task on this thread.
-  for (NodeId node : due) {
+  for (const auto& [node, clears] : due) {
     // On the push pool: a ping of a cut-off node waits a whole request timeout.
-    pushing_->Post([this, node] {
+    pushing_->Post([this, node, clears] {
       PeerClient* client = Client(node);
       CallOptions call;
       call.timeout = options_.request_timeout;
@@ -577,13 +582,19 @@ void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read)
         std::lock_guard lock(peers_mu_);
         Peer& p = peers_[node];
         p.probing = false;
-        if (st.ok()) {
+        if (st.ok()) p.answered_at = std::chrono::steady_clock::now();
+        if (st.ok() && clears) {
           p.suspect_until = {};
-          p.cleared_at = std::chrono::steady_clock::now();
+          p.cleared_at = p.answered_at;
         }
       }
       probe_cv_.notify_all();
-      if (st.ok()) {
+      if (st.ok() && !clears) {
+        spdlog::debug(
+            "cluster: node {} answers a ping again, soon after the last time; only the "
+            "reads waiting for it use it until its suspicion runs out",
+            node);
+      } else if (st.ok()) {
         spdlog::info("cluster: node {} answers again; reads and placement use it", node);
       } else if (client) {
         NoteFailure(node, st);

@@ -168,8 +168,12 @@ class ClusterRemoteReads(unittest.TestCase):
             r = read_cold()
             self.assertTrue(r["ok"], f"freeze {freeze}: read after the resume: errno {r['errno']}")
             self.assertTrue(r["data"] == data, f"freeze {freeze}: other bytes")
-            r = c.kvfsctl("nodes", c.path(2))
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            if freeze == 1:
+                # Found again. (After the second freeze, soon after, only the reads that have no
+                # other holder ask it until its suspicion runs out: a node that answers pings
+                # but lets requests time out must not cost every publish a timeout.)
+                r = c.kvfsctl("nodes", c.path(2))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_writing_files_of_a_frozen_holder_stalls_no_other_operation(self):
         # Node 2 opens for writing two files only the frozen node 1 holds. A rewrite (O_TRUNC)
