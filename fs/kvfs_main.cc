@@ -254,9 +254,10 @@ int Run(MountOptions o, int ready_fd, std::unique_ptr<MetricsServer> metrics) {
     Status st = metrics->Start([&control] { return PrometheusText(control.StatusJson()); });
     if (!st.ok()) return reporter.Fail("--metrics: " + st.ToString());
   }
-  reporter.Ready();
-
-  (*session)->TuneReadaheadAfterInit(1024);  // before the unblock: it must not take signals
+  // Ready once the kernel has the INIT answer, which the loop gives: kvfs returns with the
+  // mount in use by no one (see TuneReadaheadAfterInit). Started before the unblock: the helper
+  // thread must not take signals.
+  (*session)->TuneReadaheadAfterInit(1024, [&reporter] { reporter.Ready(); });
   pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
   unsigned threads = std::max(8u, 4 * std::max(1u, std::thread::hardware_concurrency()));
   int rc = (*session)->Loop(threads);

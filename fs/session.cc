@@ -137,14 +137,15 @@ void Session::TuneReadahead(unsigned kb) {
   spdlog::info("readahead: {} = {}", path, kb);
 }
 
-void Session::TuneReadaheadAfterInit(unsigned kb) {
-  readahead_thread_ = std::thread([this, kb] {
+void Session::TuneReadaheadAfterInit(unsigned kb, std::function<void()> then) {
+  readahead_thread_ = std::thread([this, kb, then = std::move(then)] {
     struct stat st;
     if (::stat(mountpoint_.c_str(), &st) != 0) {
       spdlog::warn("readahead: stat {} failed; left at the default", mountpoint_);
-      return;
+    } else {
+      TuneReadahead(kb);
     }
-    TuneReadahead(kb);
+    then();
   });
 }
 

@@ -1,6 +1,7 @@
 // Session: one FUSE mount and its multithreaded request loop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,9 +32,11 @@ class Session {
   // Raises the mount's readahead (bdi read_ahead_kb) so the kernel sends 1 MiB reads. The
   // kernel lowers it again while it processes our INIT reply, so this must run after INIT:
   // TuneReadaheadAfterInit() does it from a helper thread once a stat() of the mountpoint (a
-  // request the kernel holds until INIT is done) returns. Join with FinishReadahead().
+  // request the kernel holds until INIT is done) returns, then calls `then` there (the daemon
+  // says it is ready only now: while that stat is under way the mount is busy, and an unmount
+  // right after kvfs returned failed with EBUSY). Join with FinishReadahead().
   void TuneReadahead(unsigned kb);
-  void TuneReadaheadAfterInit(unsigned kb);
+  void TuneReadaheadAfterInit(unsigned kb, std::function<void()> then);
   void FinishReadahead();
   // Serves requests until unmounted or signalled. Returns libfuse's loop status.
   int Loop(unsigned max_threads);

@@ -218,6 +218,34 @@ class CommandLine(unittest.TestCase):
         with open(os.path.join(self.mnt, ".kvfs", "status")) as f:
             self.assertEqual(json.load(f)["capacity_bytes"], 16 << 20)
 
+    def test_the_mount_is_ready_when_kvfs_returns(self):
+        # kvfs returned before the kernel had its INIT answer: the daemon's own stat of the
+        # mount point (which waits for INIT, to set the readahead after it) was still under way,
+        # so an unmount right away failed with EBUSY (2 starts in 40 under load), and the first
+        # reads had the kernel's default readahead.
+        for attempt in range(5):
+            with self.subTest(attempt=attempt):
+                r = self.daemon("--data", self.data, "--capacity", "16M")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                # Read before anything touches the mount (an access waits for INIT too).
+                (dev,) = [line.split()[2] for line in open("/proc/self/mountinfo")
+                          if line.split()[4] == self.mnt]
+                with open(f"/sys/class/bdi/{dev}/read_ahead_kb") as f:
+                    readahead_kb = int(f.read())
+                with open(os.path.join(self.mnt, ".kvfs", "status")) as f:
+                    pid = json.load(f)["pid"]
+                try:
+                    self.assertGreaterEqual(readahead_kb, 1024)  # the kernel's own: 128
+                    u = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True,
+                                       text=True)
+                    self.assertEqual(u.returncode, 0, u.stderr)
+                finally:
+                    self.stop_daemon()  # when still mounted
+                    deadline = time.monotonic() + 20
+                    while _pid_alive(pid) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                self.assertFalse(_pid_alive(pid), "the daemon outlived its unmount")
+
     def test_missing_mountpoint_fails(self):
         r = run([self.kvfs, os.path.join(self.tmp, "does-not-exist"), "--data", self.data,
                  "--capacity", "64M"])
