@@ -114,7 +114,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   Result<StoreStats> Stats() override { return static_cast<const ClusterStore*>(this)->Stats(); }
 
   // For PeerReader and Repairer: a client for a live node (null when unknown or down), the
-  // order to try holders in (live ones not recently failing first), and failure notes.
+  // order to try holders in (live ones first, those whose lease is gone last), and failure notes.
   PeerClient* Client(NodeId node);
   // A suspect node is left out, so a frozen or cut-off peer costs one request timeout, not one
   // per read. When that leaves no one to ask, a read that waits for the bytes (`demanded`,
@@ -122,8 +122,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // holders, and asks those that answered: a holder that resumed is read from at once, not
   // after the next ping of the housekeeping (1-2 s) or kSuspectFor.
   std::vector<NodeId> ReadOrder(const HolderList& holders, bool demanded = false);
-  // Whether `node` let a request time out within kSuspectFor (reads skip it, placement tries
-  // it last).
+  // Whether `node` let a request time out within kSuspectFor and no ping has found it since
+  // (reads skip it but for ReadOrder's `demanded` ones, placement leaves it out).
   bool IsSuspect(NodeId node) const;
   void NoteFailure(NodeId node, const Status& st);
   // Pings each suspect node (housekeeping, once a second); one that answers is no longer
