@@ -300,7 +300,9 @@ class KvfsCluster:
     def read_in_subprocess(self, k: int, rel: str, timeout: float = 30.0) -> dict:
         """Read a whole file on node k in a child process killed after timeout, so a hung
         read cannot hang the test. Returns {"ok": bool, "errno": int|None, "data": bytes|None,
-        "seconds": float, "timed_out": bool}."""
+        "seconds": float, "timed_out": bool, "read_seconds": float|None}: "seconds" from the
+        child's start to its end, "read_seconds" its open and read alone (without the
+        interpreter's start, which a loaded machine stretches)."""
         return read_file_in_subprocess(self.path(k, rel), timeout)
 
     # -- control surface ----------------------------------------------------------------------
@@ -343,9 +345,9 @@ t0 = time.monotonic()
 try:
     with open(sys.argv[1], "rb") as f:
         data = f.read()
-    sys.stdout.buffer.write(b"OK\n" + data)
+    sys.stdout.buffer.write(b"OK %.6f\n" % (time.monotonic() - t0) + data)
 except OSError as e:
-    sys.stdout.buffer.write(b"ERR %d\n" % e.errno)
+    sys.stdout.buffer.write(b"ERR %d %.6f\n" % (e.errno, time.monotonic() - t0))
 """
 
 
@@ -360,16 +362,18 @@ def read_file_in_subprocess(path: str, timeout: float = 30.0) -> dict:
         proc.kill()
         proc.communicate()
         return {"ok": False, "errno": None, "data": None, "timed_out": True,
-                "seconds": time.monotonic() - t0}
+                "seconds": time.monotonic() - t0, "read_seconds": None}
     seconds = time.monotonic() - t0
     head, _, rest = out.partition(b"\n")
-    if head == b"OK":
-        return {"ok": True, "errno": None, "data": rest, "timed_out": False, "seconds": seconds}
-    if head.startswith(b"ERR "):
-        return {"ok": False, "errno": int(head[4:]), "data": None, "timed_out": False,
-                "seconds": seconds}
+    fields = head.split()
+    if len(fields) == 2 and fields[0] == b"OK":
+        return {"ok": True, "errno": None, "data": rest, "timed_out": False, "seconds": seconds,
+                "read_seconds": float(fields[1])}
+    if len(fields) == 3 and fields[0] == b"ERR":
+        return {"ok": False, "errno": int(fields[1]), "data": None, "timed_out": False,
+                "seconds": seconds, "read_seconds": float(fields[2])}
     return {"ok": False, "errno": None, "data": None, "timed_out": False, "seconds": seconds,
-            "output": out}
+            "read_seconds": None, "output": out}
 
 
 __all__ = ["KvfsCluster", "KvfsNode", "WaitTimeout", "wait_until", "node_host", "free_port",
