@@ -136,8 +136,9 @@ class ClusterRemoteReads(unittest.TestCase):
         # Node 1 holds the only copy. While it is frozen (SIGSTOP), node 2's first read waits one
         # timeout and fails, and the next fails without waiting. Once node 1 resumes, node 2's
         # next read must be served: it failed with EIO for the 1-2 s until a ping found node 1
-        # again, and for up to 10 s when node 1 had been found again shortly before.
-        c = self.cluster(n=2, replicas=1)
+        # again, and for up to 10 s when node 1 had been found again shortly before. A lease of
+        # 10 s: node 1 stays "up" through freezes of a few seconds on a loaded machine.
+        c = self.cluster(n=2, replicas=1, lease_ttl_s=10)
         data = chunk_bytes("thaw", 3 << 20)
         self.publish_remote_to_2(c, "thaw", data)
         pid = c.node(1).pid
