@@ -231,6 +231,12 @@ class ClusterMount(unittest.TestCase):
                 return {n: os.getxattr(c.path(k, rel), n) for n in os.listxattr(c.path(k, rel))}
             except FileNotFoundError:
                 return None
+            except OSError as e:
+                # Listed, then removed by another node's change before its getxattr: this
+                # look saw the change half applied; the next one sees it whole.
+                if e.errno == errno.ENODATA:
+                    return None
+                raise
 
         for k in (2, 3):
             wait_until(lambda: xattrs(k, "xa") == {"user.model": b"llama-70b"}, VISIBLE_S,
