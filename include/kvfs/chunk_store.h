@@ -189,7 +189,7 @@ struct NodeView {
   uint64_t gets_sent = 0, puts_sent = 0;  // this node's requests to it (peers only)
   uint64_t failures = 0;                  // of those, and of its pings, the failed ones
   // It let a request time out lately (frozen, cut off, overloaded): reads skip it and
-  // placement tries it last until it answers a ping.
+  // placement leaves it out until it answers a ping.
   bool unanswering = false;
 };
 struct ClusterView {
