@@ -1,0 +1,191 @@
+// ClusterStore's peers: a client for each member, its counters, and which peers answer. A peer
+// that let a request time out is suspect: reads skip it and placement leaves it out until a
+// ping finds it again (ProbeSuspects from the housekeeping, Probe from a read that has no one
+// else to ask).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cluster_store.h"
+#include "task_pool.h"
+
+namespace kvfs::cluster {
+namespace {
+
+constexpr auto kSuspectFor = std::chrono::seconds(10);
+// How long a read whose holders are all suspect waits for their pings: a holder that resumed
+// answers within a round trip; one still frozen costs each such read this, not a timeout.
+constexpr auto kProbeWait = std::chrono::milliseconds(100);
+
+}  // namespace
+
+PeerClient* ClusterStore::Client(NodeId node) {
+  if (node == options_.node_id) return nullptr;
+  std::optional<MemberInfo> m = membership_->Find(node);
+  if (!m) {
+    bool known;
+    {
+      std::lock_guard lock(peers_mu_);
+      auto it = peers_.find(node);
+      known = it != peers_.end() && it->second.client;
+    }
+    // Never seen: a node that joined a moment ago, which the member watch has not delivered.
+    // (A known node that is down keeps its client: it is asked last, at no etcd cost.)
+    if (!known) m = membership_->FetchMember(node);
+  }
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  if (m && (m->address != p.address || !p.client)) {
+    auto host_port = m->address;
+    const size_t colon = host_port.rfind(':');
+    if (colon == std::string::npos) return nullptr;
+    PeerAddress addr;
+    addr.host = host_port.substr(0, colon);
+    if (addr.host.size() > 2 && addr.host.front() == '[')
+      addr.host = addr.host.substr(1, addr.host.size() - 2);
+    addr.port = static_cast<uint16_t>(std::stoul(host_port.substr(colon + 1)));
+    ClientOptions co;
+    co.kind = options_.transport;
+    co.secret = options_.secret;
+    co.node_name = "node" + std::to_string(options_.node_id);
+    co.connect_timeout = options_.request_timeout;
+    co.request_timeout = options_.request_timeout;
+    // Two pieces of a long GET in flight: one's device read and check overlap the other's
+    // transfer (remotebench, one reader: 8 and 32 MiB 0.85-0.87x iperf3, against 0.62-0.85x
+    // with one; see docs/transport.md).
+    co.get_parallel_pieces = 2;
+    auto client = MakePeerClient(addr, co);
+    if (!client.ok()) {
+      spdlog::warn("cluster: no client for node {} at {}: {}", node, m->address,
+                   client.status().ToString());
+      return nullptr;
+    }
+    p.address = m->address;
+    p.client = std::move(*client);
+  }
+  return p.client.get();
+}
+
+PeerCounters* ClusterStore::CountersFor(NodeId node) {
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  return p.counters.get();
+}
+
+bool ClusterStore::IsSuspect(NodeId node) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(node);
+  return it != peers_.end() && it->second.suspect_until > now;
+}
+
+std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders, bool demanded) {
+  std::vector<NodeId> good, down, suspect;
+  for (NodeId n : holders) {
+    if (n == options_.node_id) continue;
+    // A node that timed out a moment ago is not asked until a ping finds it again (see
+    // ProbeSuspects). A node whose lease is gone is asked last (a refused connection costs
+    // nothing).
+    if (IsSuspect(n)) {
+      suspect.push_back(n);
+    } else if (!membership_->IsLive(n)) {
+      down.push_back(n);
+    } else {
+      good.push_back(n);
+    }
+  }
+  good.insert(good.end(), down.begin(), down.end());
+  if (!good.empty() || suspect.empty() || !demanded) return good;
+  const auto asked = std::chrono::steady_clock::now();
+  Probe(suspect, /*ahead_of_a_read=*/true);
+  {
+    std::unique_lock lock(peers_mu_);
+    // Answered a ping since this read asked, or no longer suspect (a ping of the housekeeping
+    // ended it; then its answer may predate `asked`).
+    auto answers = [&](NodeId n) {
+      const Peer& p = peers_[n];
+      return p.answered_at >= asked || p.suspect_until <= asked;
+    };
+    probe_cv_.wait_for(lock, kProbeWait, [&] {
+      return std::any_of(suspect.begin(), suspect.end(), answers) ||
+             std::none_of(suspect.begin(), suspect.end(),
+                          [&](NodeId n) { return peers_[n].probing; });
+    });
+    std::erase_if(suspect, [&](NodeId n) { return !answers(n); });
+  }
+  return suspect;
+}
+
+void ClusterStore::NoteFailure(NodeId node, const Status& st) {
+  std::lock_guard lock(peers_mu_);
+  Peer& p = peers_[node];
+  if (!p.counters) p.counters = std::make_unique<PeerCounters>();
+  ++p.counters->failures;
+  // A peer that let a request time out is skipped for a while (see ReadOrder).
+  if (st.err() == ETIMEDOUT || st.err() == EHOSTUNREACH || st.err() == ENETUNREACH)
+    p.suspect_until = std::chrono::steady_clock::now() + kSuspectFor;
+}
+
+void ClusterStore::ProbeSuspects() {
+  std::vector<NodeId> suspect;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [node, p] : peers_) {
+      if (p.suspect_until > now) suspect.push_back(node);
+    }
+  }
+  Probe(suspect, /*ahead_of_a_read=*/false);
+}
+
+void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<NodeId, bool>> due;  // node, whether its answer ends the suspicion
+  {
+    std::lock_guard lock(peers_mu_);
+    for (NodeId node : nodes) {
+      Peer& p = peers_[node];
+      if (p.suspect_until <= now || p.probing) continue;
+      const bool flapping = p.cleared_at != std::chrono::steady_clock::time_point{} &&
+                            now - p.cleared_at < kSuspectFor;
+      if (flapping && !ahead_of_a_read) continue;
+      p.probing = true;
+      due.emplace_back(node, !flapping);
+    }
+  }
+  // Posted outside peers_mu_: a pool that is stopping runs the task on this thread.
+  for (const auto& [node, clears] : due) {
+    // On the push pool: a ping of a cut-off node waits a whole request timeout.
+    pushing_->Post([this, node, clears] {
+      PeerClient* client = Client(node);
+      CallOptions call;
+      call.timeout = options_.request_timeout;
+      Status st = client ? client->Ping(call) : Status::Error(EHOSTUNREACH, "not a member");
+      {
+        std::lock_guard lock(peers_mu_);
+        Peer& p = peers_[node];
+        p.probing = false;
+        if (st.ok()) p.answered_at = std::chrono::steady_clock::now();
+        if (st.ok() && clears) {
+          p.suspect_until = {};
+          p.cleared_at = p.answered_at;
+        }
+      }
+      probe_cv_.notify_all();
+      if (st.ok() && !clears) {
+        spdlog::debug(
+            "cluster: node {} answers a ping again, soon after the last time; only the "
+            "reads waiting for it use it until its suspicion runs out",
+            node);
+      } else if (st.ok()) {
+        spdlog::info("cluster: node {} answers again; reads and placement use it", node);
+      } else if (client) {
+        NoteFailure(node, st);
+      }
+    });
+  }
+}
+
+}  // namespace kvfs::cluster
