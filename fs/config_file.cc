@@ -1,6 +1,5 @@
 #include "config_file.h"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -14,6 +13,7 @@
 
 #include "kvfs/size.h"
 #include "kvfs/small_file.h"
+#include "kvfs/store.h"
 #include "kvfs/transport.h"
 #include "mount_options.h"
 
@@ -82,14 +82,6 @@ class Reader {
  private:
   std::string path_;
 };
-
-bool PlausibleHostName(std::string_view host) {
-  if (host.empty() || host.size() > 253) return false;
-  for (char c : host) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') return false;
-  }
-  return host.front() != '-' && host.front() != '.';
-}
 
 // The storage keys (mirroring the command line). They may sit in [storage] or at the top level.
 Status ApplyStorageKey(const Reader& r, const std::string& key, const std::string& shown,
@@ -166,13 +158,14 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
       } else if (key == "listen" || key == "advertise") {
         std::string& field = key == "listen" ? c.listen : c.advertise;
         KVFS_ASSIGN_OR_RETURN(field, r.String(shown, value));
-        if (auto hp = ParseHostPort(field); !hp.ok()) return r.Fail(shown, hp.status().message());
+        if (auto hp = ParsePeerAddress(field); !hp.ok())
+          return r.Fail(shown, hp.status().message());
       } else {
         return r.Fail(shown, "unknown key");
       }
     } else if (table == "cluster") {
       if (key == "replicas") {
-        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 1, 64));
+        KVFS_ASSIGN_OR_RETURN(int64_t n, r.Integer(shown, value, 1, kMaxReplicas));
         c.replicas = static_cast<uint32_t>(n);
       } else if (key == "secret_file") {
         KVFS_ASSIGN_OR_RETURN(c.secret_file, r.Path(shown, value));
@@ -222,41 +215,6 @@ Status ApplyTable(const Reader& r, const std::string& table, const toml::value& 
 
 }  // namespace
 
-Result<HostPort> ParseHostPort(std::string_view text) {
-  const std::string shown = "'" + std::string(text) + "'";
-  HostPort hp;
-  std::string_view port;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
-      return Status::Invalid("bad address " + shown + " (use [IPv6]:PORT)");
-    hp.host = std::string(text.substr(1, close - 1));
-    port = text.substr(close + 2);
-    in6_addr a6;
-    if (inet_pton(AF_INET6, hp.host.c_str(), &a6) != 1)
-      return Status::Invalid("bad IPv6 address in " + shown);
-  } else {
-    auto colon = text.rfind(':');
-    if (colon == std::string_view::npos || colon == 0)
-      return Status::Invalid("bad address " + shown + " (use HOST:PORT)");
-    hp.host = std::string(text.substr(0, colon));
-    port = text.substr(colon + 1);
-    if (hp.host.find(':') != std::string::npos)
-      return Status::Invalid("bad address " + shown + " (write IPv6 as [ADDR]:PORT)");
-    in_addr a4;
-    bool numeric_like = !hp.host.empty() && std::isdigit(static_cast<unsigned char>(hp.host[0])) &&
-                        hp.host.find_first_not_of("0123456789.") == std::string::npos;
-    if (numeric_like ? inet_pton(AF_INET, hp.host.c_str(), &a4) != 1 : !PlausibleHostName(hp.host))
-      return Status::Invalid("bad host in address " + shown);
-  }
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != port.npos)
-    return Status::Invalid("bad port in address " + shown);
-  unsigned long p = std::stoul(std::string(port));
-  if (p == 0 || p > 65535) return Status::Invalid("port out of range in address " + shown);
-  hp.port = static_cast<uint16_t>(p);
-  return hp;
-}
-
 Status CheckEtcdEndpoint(std::string_view url) {
   const std::string shown = "'" + std::string(url) + "'";
   std::string_view rest;
@@ -269,7 +227,7 @@ Status CheckEtcdEndpoint(std::string_view url) {
                            ": use http://HOST:PORT or https://HOST:PORT");
   }
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  if (auto hp = ParseHostPort(rest); !hp.ok())
+  if (auto hp = ParsePeerAddress(rest); !hp.ok())
     return Status::Invalid("etcd endpoint " + shown + ": " + hp.status().message());
   return Status::Ok();
 }
@@ -367,7 +325,20 @@ Status ValidateClusterSettings(const ClusterSettings& c) {
   if (c.listen.empty())
     return Status::Invalid(
         "cluster mode needs a peer address (--listen HOST:PORT or [node] listen)");
-  KVFS_RETURN_IF_ERROR(ParseHostPort(c.listen).status());
+  KVFS_ASSIGN_OR_RETURN(PeerAddress listen, ParsePeerAddress(c.listen));
+  // Other nodes dial what a node advertises. A wildcard there makes every node dial itself:
+  // each takes its own replies for the peer's, copies land on the writer, reads find nothing.
+  if (c.advertise.empty() && IsWildcardHost(listen.host))
+    return Status::Invalid("--listen " + c.listen +
+                           " is a wildcard address other nodes cannot dial: give the address "
+                           "they reach this node at (--advertise HOST:PORT or [node] advertise)");
+  if (!c.advertise.empty()) {
+    KVFS_ASSIGN_OR_RETURN(PeerAddress advertise, ParsePeerAddress(c.advertise));
+    if (IsWildcardHost(advertise.host))
+      return Status::Invalid("--advertise " + c.advertise +
+                             " is a wildcard address other nodes cannot dial: give this node's "
+                             "own address");
+  }
   for (const std::string& url : c.etcd) KVFS_RETURN_IF_ERROR(CheckEtcdEndpoint(url));
   if (c.etcd_prefix.empty() || c.etcd_prefix.front() != '/')
     return Status::Invalid("the etcd prefix must start with '/'");
@@ -380,7 +351,8 @@ Status ValidateClusterSettings(const ClusterSettings& c) {
     auto text = ReadSmallFile(*f, 16 << 20, "etcd TLS file");
     if (!text.ok()) return Status::Invalid(text.status().message());
   }
-  if (c.replicas < 1 || c.replicas > 64) return Status::Invalid("replicas must be 1..64");
+  if (c.replicas < 1 || c.replicas > kMaxReplicas)
+    return Status::Invalid("replicas must be 1.." + std::to_string(kMaxReplicas));
   if (c.request_timeout_ms < 10) return Status::Invalid("request timeout must be >= 10 ms");
   if (c.secret_file.empty())
     return Status::Invalid(

@@ -16,15 +16,6 @@ namespace kvfs::fs {
 struct MountOptions;
 struct ClusterSettings;
 
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-
-// "HOST:PORT" or "[IPv6]:PORT"; the port must be 1..65535; the host a numeric address or a
-// plausible DNS name (letters, digits, '-', '.').
-Result<HostPort> ParseHostPort(std::string_view text);
-
 // "URL[,URL...]" as given to --etcd: each http:// or https:// with a host and a port.
 Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text);
 Status CheckEtcdEndpoint(std::string_view url);

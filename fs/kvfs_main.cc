@@ -28,6 +28,7 @@
 #include "kvfs/local_engine.h"
 #include "kvfs/size.h"
 #include "kvfs/store.h"
+#include "kvfs/transport.h"
 #include "kvfs/version.h"
 #include "metrics_server.h"
 #include "mount_info.h"
@@ -127,7 +128,7 @@ Result<StoreOptions> StoreOptionsFor(const MountOptions& o) {
   if (!so.cluster_enabled) return so;
   ClusterOptions& co = so.cluster;
   co.node_id = c.node_id;
-  KVFS_ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(c.listen));
+  KVFS_ASSIGN_OR_RETURN(PeerAddress listen, ParsePeerAddress(c.listen));
   co.listen_host = listen.host;
   co.listen_port = listen.port;
   co.advertise = c.advertise;

@@ -16,6 +16,8 @@
 #include "config_file.h"
 #include "fuse_option_list.h"
 #include "kvfs/size.h"
+#include "kvfs/store.h"
+#include "kvfs/transport.h"
 #include "kvfs/version.h"
 #include "mount_info.h"
 
@@ -171,7 +173,7 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
   app.add_option("--advertise", cli.cluster.advertise,
                  "HOST:PORT peers reach this node at (default: --listen)");
   app.add_option("--replicas", replicas, "Copies of each chunk, the writer's included")
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(1u, kMaxReplicas));
   app.add_option("--lease-ttl", lease_ttl_s,
                  "Seconds after which a silent node counts as down (default 5)")
       ->check(CLI::Range(2, 3600));
@@ -251,11 +253,11 @@ ParsedCommandLine ParseMountOptions(int argc, char** argv) {
     opts.cluster.etcd = *urls;
   }
   if (app.count("--listen")) {
-    if (auto hp = ParseHostPort(opts.cluster.listen); !hp.ok())
+    if (auto hp = ParsePeerAddress(opts.cluster.listen); !hp.ok())
       return fail("--listen: " + hp.status().message());
   }
   if (app.count("--advertise")) {
-    if (auto hp = ParseHostPort(opts.cluster.advertise); !hp.ok())
+    if (auto hp = ParsePeerAddress(opts.cluster.advertise); !hp.ok())
       return fail("--advertise: " + hp.status().message());
   }
   // The daemon runs in / once it detaches: relative paths are the caller's.

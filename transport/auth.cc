@@ -51,10 +51,11 @@ wire::Nonce RandomNonce() {
 }
 
 wire::Proof ComputeProof(const SharedSecret& secret, AuthRole role, const wire::Nonce& client,
-                         const wire::Nonce& server) {
+                         const wire::Nonce& server, std::string_view server_node) {
   std::string msg(role == AuthRole::kClient ? kClientLabel : kServerLabel);
   msg.append(reinterpret_cast<const char*>(client.data()), client.size());
   msg.append(reinterpret_cast<const char*>(server.data()), server.size());
+  if (role == AuthRole::kServer) msg.append(server_node);
   wire::Proof out{};
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.bytes().data(), static_cast<int>(secret.bytes().size()),
@@ -66,8 +67,8 @@ bool ProofMatches(const wire::Proof& a, const wire::Proof& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-ClientHandshake::ClientHandshake(SharedSecret secret, std::string node)
-    : secret_(std::move(secret)), node_(std::move(node)) {
+ClientHandshake::ClientHandshake(SharedSecret secret, std::string node, std::string expect)
+    : secret_(std::move(secret)), node_(std::move(node)), expect_(std::move(expect)) {
   if (node_.size() > wire::kMaxNameLen) node_.resize(wire::kMaxNameLen);
 }
 
@@ -87,9 +88,14 @@ Result<wire::Auth> ClientHandshake::OnChallenge(const wire::Challenge& challenge
 
 Status ClientHandshake::OnAuthOk(const wire::AuthOk& ok) {
   if (step_ != Step::kSentAuth) return Status::Error(EPROTO, "unexpected AUTH_OK");
-  const wire::Proof want = ComputeProof(secret_, AuthRole::kServer, client_nonce_, server_nonce_);
+  const wire::Proof want =
+      ComputeProof(secret_, AuthRole::kServer, client_nonce_, server_nonce_, ok.node);
   if (!ProofMatches(want, ok.proof)) {
     return Status::Error(EACCES, "peer failed authentication (wrong shared secret)");
+  }
+  if (!expect_.empty() && ok.node != expect_) {
+    return Status::Error(ENXIO, "the address answers as " + ok.node + ", not " + expect_ +
+                                    " (two nodes advertise one address?)");
   }
   step_ = Step::kDone;
   return Status::Ok();
@@ -118,7 +124,8 @@ Result<wire::AuthOk> ServerHandshake::OnAuth(const wire::Auth& auth) {
     return Status::Error(EACCES, "authentication failed (wrong or missing shared secret)");
   }
   step_ = Step::kDone;
-  return wire::AuthOk{ComputeProof(secret_, AuthRole::kServer, client_nonce_, server_nonce_)};
+  return wire::AuthOk{ComputeProof(secret_, AuthRole::kServer, client_nonce_, server_nonce_, node_),
+                      node_};
 }
 
 }  // namespace kvfs

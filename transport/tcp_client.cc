@@ -76,7 +76,7 @@ Result<std::unique_ptr<TcpPeerClient::Connection>> TcpPeerClient::Open(Deadline 
   const Deadline connect_deadline = std::min(deadline, Clock::now() + options_.connect_timeout);
   KVFS_ASSIGN_OR_RETURN(
       Fd fd, TcpConnect(peer_.host, peer_.port, options_.socket_buffer_bytes, connect_deadline));
-  ClientHandshake hs(options_.secret, options_.node_name);
+  ClientHandshake hs(options_.secret, options_.node_name, options_.expect_node);
   // The handshake frames are tiny; a peer that sends a big one is not a kvfs peer.
   constexpr uint32_t kHandshakeCap = 8192;
   auto exchange = [&](MsgType type, const std::string& meta, MsgType want,

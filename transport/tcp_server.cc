@@ -183,7 +183,7 @@ void TcpPeerServer::PollLoop() {
           continue;
         }
         TuneSocket(fd, options_.socket_buffer_bytes);
-        c->handshake = std::make_unique<ServerHandshake>(options_.secret);
+        c->handshake = std::make_unique<ServerHandshake>(options_.secret, options_.node_name);
         c->auth_deadline = Clock::now() + options_.auth_timeout;
         connections_.fetch_add(1);
         spdlog::debug("peer {}: connected", c->peer);

@@ -221,11 +221,15 @@ Status Decode(std::span<const uint8_t> b, Auth* m) {
 }
 
 std::string Encode(const AuthOk& m) {
-  return std::string(reinterpret_cast<const char*>(m.proof.data()), m.proof.size());
+  return EncodeWith(m, [](ByteWriter& w, const AuthOk& v) {
+    w.Raw(v.proof.data(), v.proof.size());
+    w.Str(v.node);
+  });
 }
 Status Decode(std::span<const uint8_t> b, AuthOk* m) {
   ByteReader r(b);
   r.Raw(m->proof.data(), m->proof.size());
+  m->node = r.Str(kMaxNameLen);
   return Finish(r, "AUTH_OK");
 }
 

@@ -17,7 +17,7 @@ using NodeId = uint16_t;
 // Up to kMaxHolders node ids, inline (a namespace of millions of files keeps one per file).
 class HolderList {
  public:
-  static constexpr size_t kMaxHolders = 7;
+  static constexpr size_t kMaxHolders = 7;  // kMaxReplicas (kvfs/store.h)
   HolderList() = default;
   explicit HolderList(const std::vector<NodeId>& ids) {
     for (NodeId n : ids) Add(n);

@@ -40,6 +40,7 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(std::unique_ptr<ChunkSt
   if (!local) return Status::Invalid("no local store");
   if (options.node_id == 0) return Status::Invalid("node id 0 is reserved");
   if (options.secret.empty()) return Status::Invalid("a cluster needs a shared secret");
+  static_assert(kMaxReplicas == HolderList::kMaxHolders);
   if (options.replicas == 0 || options.replicas > HolderList::kMaxHolders)
     return Status::Invalid("replicas must be 1.." + std::to_string(HolderList::kMaxHolders));
   if (options.etcd_prefix.empty() || options.etcd_prefix.back() != '/')
@@ -60,7 +61,7 @@ Status ClusterStore::Start() {
   so.host = options_.listen_host;
   so.port = options_.listen_port;
   so.secret = options_.secret;
-  so.node_name = "node" + std::to_string(options_.node_id);
+  so.node_name = NodeName(options_.node_id);
   so.threads = 8;
   so.kind = options_.transport;
   KVFS_ASSIGN_OR_RETURN(server_, StartPeerServer(so, this));

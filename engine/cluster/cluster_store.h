@@ -48,6 +48,9 @@ namespace kvfs::cluster {
 
 class Repairer;
 
+// A node's name on the wire (HELLO, AUTH_OK) and in its peers' logs.
+inline std::string NodeName(NodeId id) { return "node" + std::to_string(id); }
+
 // The error a read gets when no holder served a chunk: EIO (corruption kept as such), with the
 // last peer's answer in the message.
 Status UnreadableChunk(uint64_t chunk, const Status& last);

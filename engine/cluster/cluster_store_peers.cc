@@ -37,25 +37,22 @@ PeerClient* ClusterStore::Client(NodeId node) {
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();
   if (m && (m->address != p.address || !p.client)) {
-    auto host_port = m->address;
-    const size_t colon = host_port.rfind(':');
-    if (colon == std::string::npos) return nullptr;
-    PeerAddress addr;
-    addr.host = host_port.substr(0, colon);
-    if (addr.host.size() > 2 && addr.host.front() == '[')
-      addr.host = addr.host.substr(1, addr.host.size() - 2);
-    addr.port = static_cast<uint16_t>(std::stoul(host_port.substr(colon + 1)));
+    auto addr = ParsePeerAddress(m->address);  // membership admits only those that parse
+    if (!addr.ok()) return nullptr;
     ClientOptions co;
     co.kind = options_.transport;
     co.secret = options_.secret;
-    co.node_name = "node" + std::to_string(options_.node_id);
+    co.node_name = NodeName(options_.node_id);
+    // The node it means to reach: two nodes advertising one address (or a registration that
+    // outlived its node, its address now another's) must not pass one for the other.
+    co.expect_node = NodeName(node);
     co.connect_timeout = options_.request_timeout;
     co.request_timeout = options_.request_timeout;
     // Two pieces of a long GET in flight: one's device read and check overlap the other's
     // transfer (remotebench, one reader: 8 and 32 MiB 0.85-0.87x iperf3, against 0.62-0.85x
     // with one; see docs/transport.md).
     co.get_parallel_pieces = 2;
-    auto client = MakePeerClient(addr, co);
+    auto client = MakePeerClient(*addr, co);
     if (!client.ok()) {
       spdlog::warn("cluster: no client for node {} at {}: {}", node, m->address,
                    client.status().ToString());

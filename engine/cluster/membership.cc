@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "kvfs/transport.h"
+
 namespace kvfs::cluster {
 namespace {
 
@@ -19,6 +21,10 @@ std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
   auto addr = j.find("address");
   if (addr == j.end() || !addr->is_string()) return std::nullopt;
   m.address = addr->get<std::string>();
+  // Peers dial this address: one that does not parse, or a wildcard (every node would dial
+  // itself), makes no member.
+  auto parsed = ParsePeerAddress(m.address);
+  if (!parsed.ok() || IsWildcardHost(parsed->host)) return std::nullopt;
   if (auto c = j.find("capacity"); c != j.end() && c->is_number_unsigned())
     m.capacity_bytes = c->get<uint64_t>();
   if (auto u = j.find("used"); u != j.end() && u->is_number_unsigned())
@@ -33,7 +39,14 @@ std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
 // node's (written by hand, or by something else) and would never expire: not a live member.
 std::optional<MemberInfo> LiveMember(NodeId id, const etcd::KeyValue& kv) {
   if (kv.lease == 0) return std::nullopt;
-  return ParseMember(id, kv.value);
+  auto m = ParseMember(id, kv.value);
+  if (!m) {
+    spdlog::warn(
+        "cluster: the registration of node {} ({} bytes) is not a kvfs node's (no "
+        "address a peer can dial): not a member",
+        id, kv.value.size());
+  }
+  return m;
 }
 
 }  // namespace

@@ -18,6 +18,9 @@
 namespace kvfs {
 
 // A cluster node: membership and namespace on etcd, chunk data peer to peer.
+// The most copies a chunk can have: its holder list is kept inline in every namespace record.
+inline constexpr uint32_t kMaxReplicas = 7;
+
 struct ClusterOptions {
   uint16_t node_id = 0;  // 1..65535, unique among the live nodes
   std::string listen_host;

@@ -14,6 +14,7 @@
 //   ECONNREFUSED  / EHOSTUNREACH / ENETUNREACH: the peer cannot be reached
 //   ECONNRESET    the connection broke mid-request
 //   EACCES        authentication failed (wrong or missing secret)
+//   ENXIO         the address answered as another node than ClientOptions::expect_node
 //   EPROTO        the peer sent a malformed frame;  EMSGSIZE: a frame over the cap
 //   anything else the errno the remote handler returned (ENOENT, ESTALE, EIO, ...)
 // A connection that saw a transport error is closed, never reused. See docs/transport.md.
@@ -58,10 +59,19 @@ struct PeerAddress {
   std::string ToString() const { return host + ":" + std::to_string(port); }
 };
 
+// "HOST:PORT" or "[IPv6]:PORT": the port 1..65535, the host a numeric address or a plausible
+// DNS name (letters, digits, '-', '.'). EINVAL with the reason otherwise.
+Result<PeerAddress> ParsePeerAddress(std::string_view text);
+// 0.0.0.0 or :: (in any spelling): an address to listen on, never one another node can dial.
+bool IsWildcardHost(std::string_view host);
+
 struct ClientOptions {
   TransportKind kind = TransportKind::kTcp;
   SharedSecret secret;             // required: a client without a secret cannot connect
   std::string node_name = "kvfs";  // sent in HELLO, for the peer's logs
+  // The server's node_name this client means to reach; a server that names itself otherwise
+  // is refused at the handshake (ENXIO). Empty: any.
+  std::string expect_node;
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds request_timeout{5000};  // default per-request deadline
   size_t connections = 4;                           // per peer, used concurrently
@@ -143,10 +153,10 @@ class RequestHandler {
 struct ServerOptions {
   TransportKind kind = TransportKind::kTcp;  // kRdma/kAuto also accept RDMA data reads
   std::string host = "0.0.0.0";
-  uint16_t port = 0;    // 0 = an ephemeral port, see PeerServer::port()
-  SharedSecret secret;  // required
-  std::string node_name = "kvfs";
-  size_t threads = 8;  // worker threads serving requests
+  uint16_t port = 0;               // 0 = an ephemeral port, see PeerServer::port()
+  SharedSecret secret;             // required
+  std::string node_name = "kvfs";  // sent in AUTH_OK: clients check it is the node they meant
+  size_t threads = 8;              // worker threads serving requests
   size_t max_connections = 1024;
   std::chrono::milliseconds io_timeout{10000};   // to receive the rest of a frame or send one
   std::chrono::milliseconds auth_timeout{5000};  // to finish the handshake after accept

@@ -135,6 +135,7 @@ struct Auth {
 };
 struct AuthOk {
   Proof proof{};
+  std::string node;  // the server's node name: a client that meant another node hangs up
 };
 struct Ping {};
 struct Pong {};

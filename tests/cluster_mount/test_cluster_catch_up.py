@@ -344,6 +344,45 @@ class CatchUp(ClusterEtcdCase):
         c.wait_exists(1, "c", VISIBLE_S)
         self.assertEqual(self.read(c, 1, "c"), chunk_bytes("c", 2000))
 
+    def test_leased_registrations_with_bad_addresses_neither_crash_nor_take_copies(self):
+        # Registrations under a live lease that no real node wrote: an address that does not
+        # parse (it once killed every node: std::stoul threw in the publish path), a wildcard
+        # (peers would dial themselves), and another node's address (two nodes advertising one
+        # address, or a registration that outlived its node while another took its port).
+        c = self.cluster(n=2, replicas=2)
+        lease = c.etcd.call("/v3/lease/grant", {"TTL": 120})["ID"]
+        b64 = lambda v: base64.b64encode(v).decode()
+
+        def register(node_id, address):
+            value = json.dumps({"address": address, "capacity": 1 << 30, "used": 0})
+            c.etcd.call("/v3/kv/put", {"key": b64(b"/kvfs/m/%05d" % node_id),
+                                       "value": b64(value.encode()), "lease": lease})
+
+        register(7, "127.0.0.1:notaport")
+        register(8, f"0.0.0.0:{c.node(2).port}")
+        register(9, c.node(2).address)  # node 2 answers there, as node 2
+        wait_until(lambda: 9 in c.node_states(1) and 9 in c.node_states(2), VISIBLE_S,
+                   what="node 9's registration seen")
+        for k in (1, 2):
+            self.assertEqual(sorted(c.node_states(k)), [1, 2, 9], f"node {k}'s members")
+        files = {f"bad/f{i}": chunk_bytes(f"bad{i}", 50_000 + i) for i in range(12)}
+        os.mkdir(c.path(1, "bad"))
+        for rel, data in files.items():
+            c.publish(1, rel, data)
+        for rel, data in files.items():
+            c.wait_exists(2, rel, VISIBLE_S)
+            # The rendezvous ranking puts node 9 ahead of node 2 for about half the chunks.
+            # Its PUTs reach node 2, which names itself: they must fail there and move on,
+            # not leave node 9 on the holder list of a copy node 2 has.
+            holders = sorted(h["id"] for h in c.location(1, rel)["holders"])
+            self.assertEqual(holders, [1, 2], rel)
+            self.assertEqual(self.read(c, 2, rel), data, rel)
+        for k in (1, 2):
+            self.assertTrue(c.node(k).running(), f"node {k} died\n{c.logs_tail()}")
+        self.assertIn("not a kvfs node's", c.log(1))
+        c.etcd.call("/v3/lease/revoke", {"ID": lease})
+        c.wait_state(1, 9, "down", DOWN_S)
+
     def test_ports_taken_before_the_first_start_move_etcd_and_the_node(self):
         # The harness picks free ports, then starts etcd and the daemons on them; another test
         # (or any process) can take one in between. CI once failed that way ("bind: address

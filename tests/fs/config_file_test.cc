@@ -327,6 +327,39 @@ TEST_F(ConfigFileTest, BadClusterSettingsExitTwo) {
   auto ok = Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
                    "127.0.0.2:7400", "--secret-file", secret_});
   EXPECT_TRUE(ok.options) << ok.message;
+  // More copies than a holder list keeps (7): refused at the command line, not at the start.
+  EXPECT_EQ(Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
+                   "127.0.0.2:7400", "--secret-file", secret_, "--replicas", "8"})
+                .exit_code,
+            2);
+  ExpectBad("[cluster]\nreplicas = 8\n", "cluster.replicas");
+}
+
+TEST_F(ConfigFileTest, AWildcardAddressOtherNodesWouldDialIsRefused) {
+  // Peers dial what a node advertises; 0.0.0.0 or :: there would have each dial itself.
+  auto parse = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--etcd", "http://127.0.0.1:2379", "--node-id",
+                                     "1",      "--secret-file",         secret_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Parse(args);
+  };
+  for (const char* wildcard : {"0.0.0.0:7400", "[::]:7400", "[0:0::0]:7400"}) {
+    auto bad = parse({"--listen", wildcard});
+    EXPECT_EQ(bad.exit_code, 2) << wildcard;
+    EXPECT_NE(bad.message.find("wildcard address other nodes cannot dial"), std::string::npos)
+        << bad.message;
+    EXPECT_NE(bad.message.find("--advertise"), std::string::npos) << bad.message;
+    auto advertised = parse({"--listen", wildcard, "--advertise", "10.0.0.7:7400"});
+    EXPECT_TRUE(advertised.options) << wildcard << ": " << advertised.message;
+    EXPECT_EQ(parse({"--listen", "127.0.0.2:7400", "--advertise", wildcard}).exit_code, 2)
+        << wildcard;
+  }
+  const std::string s = "\"" + secret_ + "\"";
+  ExpectBad(
+      "[node]\nid = 1\nlisten = \"0.0.0.0:7400\"\n[cluster]\netcd = "
+      "[\"http://127.0.0.1:2379\"]\nsecret_file = " +
+          s + "\n",
+      "wildcard");
 }
 
 TEST_F(ConfigFileTest, RdmaWithoutADeviceIsAnErrorAutoFallsBack) {
@@ -338,23 +371,6 @@ TEST_F(ConfigFileTest, RdmaWithoutADeviceIsAnErrorAutoFallsBack) {
   auto any = Parse({"--etcd", "http://127.0.0.1:2379", "--node-id", "1", "--listen",
                     "127.0.0.2:7400", "--secret-file", secret_, "--transport", "auto"});
   EXPECT_TRUE(any.options) << any.message;
-}
-
-TEST(HostPortTest, Parses) {
-  auto a = ParseHostPort("127.0.0.2:7400");
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->host, "127.0.0.2");
-  EXPECT_EQ(a->port, 7400);
-  auto b = ParseHostPort("[::1]:80");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->host, "::1");
-  auto c = ParseHostPort("node-a.example:7400");
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->host, "node-a.example");
-  for (const char* bad : {"", ":7400", "127.0.0.2:", "127.0.0.2:x", "127.0.0.2:0",
-                          "127.0.0.2:65536", "::1:80", "[::1]80", "a b:1", "1.2.3:4"}) {
-    EXPECT_FALSE(ParseHostPort(bad).ok()) << bad;
-  }
 }
 
 }  // namespace

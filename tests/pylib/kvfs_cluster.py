@@ -85,7 +85,8 @@ class KvfsNode:
         return os.path.join(self.mount.mnt, rel) if rel else self.mount.mnt
 
     def running(self) -> bool:
-        return self.mount.pid is not None
+        """Started and still alive (not crashed, not stopped)."""
+        return self.mount.alive()
 
 
 class KvfsCluster:

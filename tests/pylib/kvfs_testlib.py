@@ -317,6 +317,10 @@ class KvfsMount:
     def pid(self) -> int | None:
         return self._pid
 
+    def alive(self) -> bool:
+        """The daemon started and has not exited (a crashed one is a zombie until reaped)."""
+        return self._pid is not None and _pid_alive(self._pid)
+
     def path(self, *parts: str) -> str:
         return os.path.join(self._mnt, *parts)
 

@@ -85,7 +85,10 @@ TEST(WireMessages, ChallengeAuthAuthOk) {
   EXPECT_EQ(RoundTrip(MsgType::kAuth, 0, a).proof, a.proof);
   AuthOk ok;
   ok.proof.fill(3);
-  EXPECT_EQ(RoundTrip(MsgType::kAuthOk, kFlagResponse, ok).proof, ok.proof);
+  ok.node = "node42";
+  AuthOk back = RoundTrip(MsgType::kAuthOk, kFlagResponse, ok);
+  EXPECT_EQ(back.proof, ok.proof);
+  EXPECT_EQ(back.node, "node42");
 }
 
 TEST(WireMessages, PingAndPong) {
