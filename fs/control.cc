@@ -338,6 +338,7 @@ nlohmann::json Control::NodesJson() {
                      {"gets_sent", n.gets_sent},
                      {"puts_sent", n.puts_sent},
                      {"failures", n.failures},
+                     {"hedged_around", n.hedged_around},
                      {"unanswering", n.unanswering}});
   }
   return nlohmann::json{

@@ -484,6 +484,7 @@ ClusterView ClusterStore::Cluster() const {
       n.gets_sent = c->gets_sent.load();
       n.puts_sent = c->puts_sent.load();
       n.failures = c->failures.load();
+      n.hedged_around = c->hedged_around.load();
       n.unanswering = IsSuspect(m.id);
     }
     listed.insert(m.id);

@@ -58,6 +58,7 @@ Status UnreadableChunk(uint64_t chunk, const Status& last);
 // Traffic with one peer, as this node saw it.
 struct PeerCounters {
   std::atomic<uint64_t> gets_sent{0}, puts_sent{0}, failures{0};
+  std::atomic<uint64_t> hedged_around{0};  // pieces hedged to another holder while it was asked
 };
 
 class ClusterStore final : public ChunkStore, public RequestHandler {

@@ -14,7 +14,22 @@ namespace {
 
 std::atomic<uint64_t> g_held_bytes{0};  // in all readers' pieces, against kAheadBudget
 
+// Hedges run on their own threads: the fetch pool's may all be waiting on a frozen holder.
+TaskPool& HedgePool() {
+  static TaskPool* pool = new TaskPool(4);  // shared by every reader of the process
+  return *pool;
+}
+
+bool Hedgeable(const HolderList& holders, NodeId self) {
+  return std::count_if(holders.begin(), holders.end(), [&](NodeId n) { return n != self; }) >= 2;
+}
+
 }  // namespace
+
+std::chrono::milliseconds PeerReader::HedgeDelay(std::chrono::milliseconds request_timeout) {
+  return std::clamp<std::chrono::milliseconds>(request_timeout / 8, std::chrono::milliseconds(10),
+                                               std::chrono::milliseconds(250));
+}
 
 PeerReader::Piece::Piece(size_t n, bool a) : charged(n), ahead(a) {
   g_held_bytes.fetch_add(charged);
@@ -23,7 +38,12 @@ PeerReader::Piece::Piece(size_t n, bool a) : charged(n), ahead(a) {
 PeerReader::Piece::~Piece() { g_held_bytes.fetch_sub(charged); }
 
 PeerReader::Shared::Shared(ClusterStore* s, uint64_t c, uint64_t n, const HolderList& h)
-    : store(s), chunk(c), size(n), holders(h), open(s->RegisterRead(c, n, h)) {}
+    : store(s),
+      chunk(c),
+      size(n),
+      holders(h),
+      open(s->RegisterRead(c, n, h)),
+      hedgeable(Hedgeable(h, s->self())) {}
 
 PeerReader::PeerReader(ClusterStore* store, TaskPool* pool, uint64_t chunk, uint64_t size,
                        const HolderList& holders)
@@ -44,11 +64,11 @@ void PeerReader::Request(uint64_t index, bool ahead) {
   auto piece = std::make_shared<Piece>(len, ahead);
   shared_->pieces[index] = piece;
   shared_->store->FetchPosted();
-  pool_->Post([shared = shared_, index, piece] { Fetch(shared, index, piece); });
+  pool_->Post([shared = shared_, index, piece] { Fetch(shared, index, piece, /*hedge=*/false); });
 }
 
 void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
-                       const std::shared_ptr<Piece>& piece) {
+                       const std::shared_ptr<Piece>& piece, bool hedge) {
   ClusterStore* const store = shared->store;
   const uint64_t chunk = shared->chunk;
   const uint64_t offset = index * kPiece;
@@ -56,17 +76,42 @@ void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
   bool skip;
   {
     std::lock_guard lock(shared->mu);
-    skip = shared->released;
+    skip = shared->released || piece->done;  // done: the other GET of the piece served it
   }
   Status last = Status::IoError("chunk " + Hex16(chunk) + " has no reachable holder");
   size_t got = 0;
+  NodeId avoided = 0;  // a hedge: the holder it asked last
   std::shared_ptr<uint8_t[]> buf;
   if (skip) {
-    last = Status::Error(ECANCELED, "reader released");
+    last = Status::Error(ECANCELED, "reader released or piece served");
   } else {
+    std::vector<NodeId> order =
+        store->ReadOrder(shared->holders, /*demanded=*/hedge || !piece->ahead);
+    {
+      std::lock_guard lock(shared->mu);
+      // Holders that lost a race to a hedge in this reader go last.
+      std::stable_partition(order.begin(), order.end(),
+                            [&](NodeId n) { return shared->slow.count(n) == 0; });
+      // A hedge goes around the holder the first GET waits on. When that GET has not started,
+      // the pool is busy, most likely with GETs waiting on the holder every GET asks first:
+      // unless this reader already moved a slow one last, the hedge goes around that one.
+      if (hedge && !order.empty()) {
+        avoided = piece->asking != 0 ? piece->asking : shared->slow.empty() ? order.front() : 0;
+        auto it = std::find(order.begin(), order.end(), avoided);
+        if (it != order.end()) std::rotate(it, it + 1, order.end());
+      }
+    }
+    if (avoided != 0) {
+      if (PeerCounters* c = store->CountersFor(avoided)) ++c->hedged_around;
+    }
     // Not zero-filled: the GET overwrites every byte that is served.
     buf = std::make_shared_for_overwrite<uint8_t[]>(len);
-    for (NodeId node : store->ReadOrder(shared->holders, /*demanded=*/!piece->ahead)) {
+    for (NodeId node : order) {
+      {
+        std::lock_guard lock(shared->mu);
+        if (piece->done) break;  // the other GET of the piece served it
+        if (!hedge) piece->asking = node;
+      }
       PeerClient* client = store->Client(node);
       if (client == nullptr) continue;
       wire::GetRequest req;
@@ -91,13 +136,19 @@ void PeerReader::Fetch(const std::shared_ptr<Shared>& shared, uint64_t index,
   }
   {
     std::lock_guard lock(shared->mu);
-    piece->done = true;
-    if (got == len) {
+    --piece->fetches;
+    if (!piece->done && got == len) {
+      piece->done = true;
       piece->buf = std::move(buf);
       piece->len = len;
-    } else {
+      // The first GET still waits on the holder this hedge went around: that one is slow or
+      // frozen. This reader asks it last from now on and hedges its pieces under way at once.
+      if (hedge && avoided != 0 && piece->asking == avoided) shared->slow.insert(avoided);
+    } else if (!piece->done && piece->fetches == 0) {
+      piece->done = true;
       piece->status = UnreadableChunk(chunk, last);
     }
+    if (!hedge) piece->asking = 0;
   }
   shared->cv.notify_all();
   store->FetchDone();  // last: the store may be waiting to shut down
@@ -110,6 +161,28 @@ void PeerReader::Prefetch(uint64_t offset, size_t len) {
   const uint64_t last = std::min<uint64_t>((end - 1) / kPiece, first + kAhead - 1);
   std::lock_guard lock(shared_->mu);
   for (uint64_t i = first; i <= last; ++i) Request(i, /*ahead=*/true);
+}
+
+void PeerReader::Await(std::unique_lock<std::mutex>& lock, uint64_t index,
+                       const std::shared_ptr<Piece>& piece) {
+  if (!piece->done && !piece->hedged && shared_->hedgeable) {
+    // Hedged at once: a piece whose GET waits on a holder already found slow, or has not
+    // started while this reader knows one (the pool is likely busy with GETs waiting on it).
+    const bool at_once =
+        piece->asking != 0 ? shared_->slow.count(piece->asking) != 0 : !shared_->slow.empty();
+    if (!at_once) {
+      shared_->cv.wait_for(lock, HedgeDelay(shared_->store->request_timeout()),
+                           [&] { return piece->done; });
+    }
+    if (!piece->done && !piece->hedged) {
+      piece->hedged = true;
+      ++piece->fetches;
+      shared_->store->FetchPosted();
+      HedgePool().Post(
+          [shared = shared_, index, piece] { Fetch(shared, index, piece, /*hedge=*/true); });
+    }
+  }
+  shared_->cv.wait(lock, [&] { return piece->done; });
 }
 
 Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
@@ -137,7 +210,7 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
   for (uint64_t i = first; i <= last; ++i) wanted.push_back(shared_->pieces.at(i));
   for (uint64_t i = first; i <= last; ++i) {
     std::shared_ptr<Piece>& piece = wanted[i - first];
-    shared_->cv.wait(lock, [&] { return piece->done; });
+    Await(lock, i, piece);
     if (!piece->status.ok() && piece->ahead) {
       // Fetched before this READ waited for it, it gave up on holders that were suspect
       // without waiting for their ping (one may have resumed since): once more, as the READ's.
@@ -145,7 +218,7 @@ Result<ReadView> PeerReader::Read(uint64_t offset, size_t len) {
       if (it != shared_->pieces.end() && it->second == piece) shared_->pieces.erase(it);
       Request(i, /*ahead=*/false);
       piece = shared_->pieces.at(i);
-      shared_->cv.wait(lock, [&] { return piece->done; });
+      Await(lock, i, piece);
     }
     if (!piece->status.ok()) {
       Status st = piece->status;

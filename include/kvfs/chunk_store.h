@@ -188,6 +188,7 @@ struct NodeView {
   uint32_t replicas = 0;  // the R it publishes with (0: not known, a down or older node)
   uint64_t gets_sent = 0, puts_sent = 0;  // this node's requests to it (peers only)
   uint64_t failures = 0;                  // of those, and of its pings, the failed ones
+  uint64_t hedged_around = 0;  // pieces a read asked of another holder too, this one slow
   // It let a request time out lately (frozen, cut off, overloaded): reads skip it and
   // placement leaves it out until it answers a ping.
   bool unanswering = false;

@@ -176,6 +176,44 @@ class ClusterRemoteReads(unittest.TestCase):
                 r = c.kvfsctl("nodes", c.path(2))
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_a_frozen_first_holder_costs_a_read_a_hedge_delay_not_a_timeout(self):
+        # R=2 on 3 nodes; node 3 reads files held by nodes 1 and 2 while the holder it asks
+        # first is frozen, its lease alive. Each READ that waits for a piece asks the other
+        # holder too after a hedge delay (a 10 s timeout: 250 ms), so the read takes far less
+        # than the timeout. Before, each read waited the whole timeout for the frozen holder.
+        timeout_s = 10
+        c = self.cluster(n=3, replicas=2, request_timeout_ms=timeout_s * 1000, lease_ttl_s=30)
+        files = {}
+        for i in range(40):  # those held by nodes 1 and 2, none by node 3
+            name, data = f"h{i}", chunk_bytes(f"hedge{i}", (12 << 20) + i)
+            c.publish(1, name, data)
+            c.wait_exists(3, name, VISIBLE_S)
+            if sorted(holder_ids(c.location(3, name))) == [1, 2]:
+                files[name] = data
+            if len(files) == 2:
+                break
+        self.assertEqual(len(files), 2, "no two files held by nodes 1 and 2 alone")
+        first = {holder_ids(c.location(3, name))[0] for name in files}
+        self.assertEqual(len(first), 1, "the files' holder lists start with different nodes")
+        frozen = first.pop()
+        pid = c.node(frozen).pid
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")  # node 3 must ask the holders, not its page cache
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for name, data in files.items():
+                r = c.read_in_subprocess(3, name, timeout=timeout_s * 3)
+                self.assertFalse(r["timed_out"], f"{name}: the read hung")
+                self.assertTrue(r["ok"], f"{name}: errno {r['errno']}")
+                self.assertTrue(r["data"] == data, f"{name}: other bytes")
+                # A bound far from both: 0.3-1 s when hedged, at least 10 s when not.
+                self.assertLess(r["read_seconds"], timeout_s / 2, name)
+            (row,) = [n for n in c.nodes_json(3)["nodes"] if n["id"] == frozen]
+            self.assertGreater(row["hedged_around"], 0, row)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.assertTrue(c.node(frozen).running())
+
     def test_writing_files_of_a_frozen_holder_stalls_no_other_operation(self):
         # Node 2 opens for writing two files only the frozen node 1 holds. A rewrite (O_TRUNC)
         # needs none of the old bytes and publishes at once. A write in place needs them: it
