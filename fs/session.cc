@@ -33,7 +33,10 @@ fuse_session* NewSession(std::vector<std::string> argv_s, const fuse_lowlevel_op
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  return fuse_session_new(&args, &ops, sizeof ops, userdata);
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, userdata);
+  // fuse_session_new may copy and extend the arguments (LeakSanitizer: 42 bytes per start).
+  fuse_opt_free_args(&args);
+  return se;
 }
 
 // The user's -o options that kvfs checks itself, before libfuse: returns the max_read the
