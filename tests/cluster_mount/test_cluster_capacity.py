@@ -18,7 +18,7 @@ import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
-from kvfs_testlib import chunk_bytes, write_file_atomic
+from kvfs_testlib import chunk_bytes, write_file_atomic, freeze
 
 REQUEST_TIMEOUT_MS = 1000
 VISIBLE_S = 5.0
@@ -255,7 +255,7 @@ class ClusterCapacity(unittest.TestCase):
             os.unlink(c.path(2, "fz/f"))
             c.wait_gone(1, "fz/f", VISIBLE_S)
             pid = c.nodes[2].pid
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 time.sleep(8)  # past the grace (5 s) and node 2's lease (3 s)
             finally:

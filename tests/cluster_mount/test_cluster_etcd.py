@@ -15,7 +15,7 @@ import unittest
 
 from cluster_etcd_case import ClusterEtcdCase, VISIBLE_S, errno_thread
 from kvfs_cluster import wait_until
-from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2
+from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2, freeze
 
 
 class ClusterEtcd(ClusterEtcdCase):
@@ -323,7 +323,7 @@ class ClusterEtcd(ClusterEtcdCase):
             os.write(fd, data)
             closer = threading.Thread(target=os.close, args=(fd,))
             renamer = threading.Thread(target=os.rename, args=(c.path(1, f), c.path(1, g)))
-            os.kill(c.nodes[2].pid, signal.SIGSTOP)
+            freeze(c.nodes[2].pid)
             try:
                 closer.start()
                 time.sleep(0.3)  # the close is placing its chunk

@@ -20,7 +20,7 @@ import unittest
 import unittest.mock
 
 from kvfs_cluster import KvfsCluster, start_cluster, wait_until
-from kvfs_testlib import chunk_bytes
+from kvfs_testlib import chunk_bytes, freeze
 
 REQUEST_TIMEOUT_MS = 1000
 # A read that meets dead or frozen replicas costs at most one request timeout per replica
@@ -403,7 +403,7 @@ class ClusterMount(unittest.TestCase):
         only_on_1 = [rel for rel in files if 3 not in holder_ids(c.location(3, rel))]
         c.kill9(2)
         pid = c.node(1).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             checked = 0
             for rel in only_on_1:
@@ -425,7 +425,7 @@ class ClusterMount(unittest.TestCase):
         c = self.cluster(n=3, replicas=2)
         c.publish(1, "warm", chunk_bytes("warm", 1000))
         pid = c.node(3).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         took = []
         try:
             for i in range(12):

@@ -17,7 +17,7 @@ import unittest
 
 import test_cluster_mount as base  # a module, not its class: its tests are not run from here
 from kvfs_cluster import wait_until
-from kvfs_testlib import chunk_bytes
+from kvfs_testlib import chunk_bytes, freeze
 from test_cluster_mount import (DOWN_S, READ_BOUND_S, REPAIR_S, REQUEST_TIMEOUT_MS, VISIBLE_S,
                                 holder_ids)
 
@@ -118,7 +118,7 @@ class ClusterRemoteReads(unittest.TestCase):
         self.publish_remote_to_2(c, "rel", chunk_bytes("rel", 3 << 20))
         before = gets_sent(c, 2, 1)
         pid = c.node(1).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             fd = os.open(c.path(2, "rel"), os.O_RDONLY)
             wait_until(lambda: gets_sent(c, 2, 1) > before, VISIBLE_S, 0.01,
@@ -148,13 +148,13 @@ class ClusterRemoteReads(unittest.TestCase):
                 f.write("1\n")  # node 2 must ask node 1, not its page cache
             return c.read_in_subprocess(2, "thaw", timeout=READ_BOUND_S + 20)
 
-        for freeze in (1, 2):  # the second begins within a second of the first one's end
-            os.kill(pid, signal.SIGSTOP)
+        for round_ in (1, 2):  # the second begins within a second of the first one's end
+            freeze(pid)
             try:
                 for attempt in (1, 2):
                     r = read_cold()
-                    self.assertFalse(r["timed_out"], f"freeze {freeze}: the read hung")
-                    self.assertEqual(r["errno"], errno.EIO, f"freeze {freeze}, read {attempt}")
+                    self.assertFalse(r["timed_out"], f"freeze {round_}: the read hung")
+                    self.assertEqual(r["errno"], errno.EIO, f"freeze {round_}, read {attempt}")
                     if attempt == 2:  # node 1 is known unresponsive: no second timeout
                         self.assertLess(r["read_seconds"], REQUEST_TIMEOUT_MS / 1000, r)
                 # Its lease still lives ("up"), but the operator is told.
@@ -167,9 +167,9 @@ class ClusterRemoteReads(unittest.TestCase):
             finally:
                 os.kill(pid, signal.SIGCONT)
             r = read_cold()
-            self.assertTrue(r["ok"], f"freeze {freeze}: read after the resume: errno {r['errno']}")
-            self.assertTrue(r["data"] == data, f"freeze {freeze}: other bytes")
-            if freeze == 1:
+            self.assertTrue(r["ok"], f"freeze {round_}: read after the resume: errno {r['errno']}")
+            self.assertTrue(r["data"] == data, f"freeze {round_}: other bytes")
+            if round_ == 1:
                 # Found again. (After the second freeze, soon after, only the reads that have no
                 # other holder ask it until its suspicion runs out: a node that answers pings
                 # but lets requests time out must not cost every publish a timeout.)
@@ -199,7 +199,7 @@ class ClusterRemoteReads(unittest.TestCase):
         pid = c.node(frozen).pid
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("1\n")  # node 3 must ask the holders, not its page cache
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             for name, data in files.items():
                 r = c.read_in_subprocess(3, name, timeout=timeout_s * 3)
@@ -239,7 +239,7 @@ class ClusterRemoteReads(unittest.TestCase):
             except OSError as e:
                 result["errno"] = e.errno
 
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             t0 = time.monotonic()
             with open(c.path(2, "rw"), "wb") as f:
@@ -309,7 +309,7 @@ class ClusterRemoteReads(unittest.TestCase):
         data = chunk_bytes("refetch", size)
         self.publish_remote_to_2(c, "rf", data)
         pid = c.node(1).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             # O_DIRECT: the READ's error reaches the reader (a failed readahead READ of a
             # buffered read is retried by the kernel with a READ of its own).

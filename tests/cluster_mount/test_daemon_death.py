@@ -21,7 +21,7 @@ import unittest
 
 import test_cluster_mount as base
 from kvfs_cluster import wait_until
-from kvfs_testlib import chunk_bytes
+from kvfs_testlib import chunk_bytes, freeze
 from test_cluster_mount import VISIBLE_S, holder_ids
 
 FUSECTL = "/sys/fs/fuse/connections"
@@ -105,7 +105,7 @@ class DaemonDeath(unittest.TestCase):
         minor = os.minor(os.stat(c.path(2)).st_dev)
         node1, node2 = c.node(1).pid, c.node(2).pid
         before = gets_sent(c, 2, 1)
-        os.kill(node1, signal.SIGSTOP)
+        freeze(node1)
         reader = None
         try:
             reader = subprocess.Popen([sys.executable, "-c", _BUFFERED_READER, c.path(2, "wedge")],

@@ -18,7 +18,7 @@ import unittest
 from cluster_etcd_case import ClusterEtcdCase, VISIBLE_S, DOWN_S
 from kvfs_cluster import wait_until
 from kvfs_etcd import endpoints, etcd_members, start_members
-from kvfs_testlib import chunk_bytes, write_file_atomic
+from kvfs_testlib import chunk_bytes, write_file_atomic, freeze
 
 
 class EtcdOutages(ClusterEtcdCase):
@@ -102,7 +102,7 @@ class EtcdOutages(ClusterEtcdCase):
         c.wait_exists(2, "f/drop", VISIBLE_S)
         self.assertEqual(self.read(c, 2, "f/keep"), b"old")
         pid = c.node(2).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             # frozen past its lease: node 1 sees it leave
             c.wait_state(1, 2, "down", DOWN_S)
@@ -316,7 +316,7 @@ class EtcdOutages(ClusterEtcdCase):
         c.wait_exists(2, "w/old5", VISIBLE_S)
         old_revision = c.etcd.revision()
         pid = c.node(2).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             c.etcd.kill9()
             shutil.rmtree(c.etcd.dir)

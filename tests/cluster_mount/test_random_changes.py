@@ -32,7 +32,7 @@ import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
-from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2
+from kvfs_testlib import RENAME_NOREPLACE, rename_exchange, renameat2, freeze
 
 NAMES = ("a", "b", "c", "d")
 OPS = ("mkdir", "write", "publish", "rename", "rename", "exchange", "noreplace", "excl", "unlink",
@@ -215,7 +215,7 @@ class RandomChanges(unittest.TestCase):
                 c.restart(k)
             else:  # past its lease, at times
                 pid = c.nodes[k].pid
-                os.kill(pid, signal.SIGSTOP)
+                freeze(pid)
                 time.sleep(rng.uniform(0.5, 5.0))
                 os.kill(pid, signal.SIGCONT)
 

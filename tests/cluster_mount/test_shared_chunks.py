@@ -15,7 +15,7 @@ import time
 import unittest
 
 from kvfs_cluster import start_cluster, wait_until
-from kvfs_testlib import write_file_atomic
+from kvfs_testlib import write_file_atomic, freeze
 from test_etcd_stalls import version
 
 NAMES = 24
@@ -80,7 +80,7 @@ class SharedChunks(unittest.TestCase):
             c.restart(5)
             time.sleep(2)
             pid4 = c.node(4).pid
-            os.kill(pid4, signal.SIGSTOP)
+            freeze(pid4)
             try:
                 time.sleep(4)  # past its 3 s lease: the others count it down
             finally:

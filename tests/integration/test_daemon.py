@@ -17,7 +17,7 @@ import unittest
 
 from kvfs_testlib import (REPO_ROOT, KvfsMount, _is_mounted, _pid_alive, _pids_with_arg,
                           chunk_bytes, default_kvfs_bin, default_kvfsctl_bin, file_matches,
-                          mount_count, write_file_atomic)
+                          mount_count, write_file_atomic, freeze)
 
 MiB = 1024 * 1024
 
@@ -419,7 +419,7 @@ class Lifecycle(unittest.TestCase):
             r = run(second, timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("already has a live kvfs mount", r.stderr)
-            os.kill(m.pid, signal.SIGSTOP)
+            freeze(m.pid)
             try:
                 r = run(second, timeout=30)  # the probe gives up on a frozen daemon (2 s)
             finally:

@@ -27,7 +27,7 @@ import subprocess
 import time
 import urllib.request
 
-from kvfs_testlib import bind_conflict, file_tail, free_port
+from kvfs_testlib import bind_conflict, file_tail, free_port, freeze
 
 
 def etcd_binary() -> str | None:
@@ -128,7 +128,7 @@ class EtcdProcess:
 
     def pause(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGSTOP)
+            freeze(self.proc.pid)
 
     def resume(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -221,6 +221,37 @@ def _pids_with_arg(arg: str) -> list[int]:
 # Ports
 # ---------------------------------------------------------------------------------------------
 
+def freeze(pid: int, timeout: float = 5.0) -> bool:
+    """SIGSTOP `pid` and wait until every thread of it has stopped. kill() returns before a
+    busy machine gets round to stopping them, and a request sent meanwhile is still served: a
+    test that froze etcd saw its chmod committed. False if a thread is still running after
+    `timeout` (one in uninterruptible sleep stops only when that ends)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _all_threads_stopped(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True  # gone: nothing of it runs
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended
+        # "tid (comm) S ...": comm may hold spaces and ')', the state follows the last ')'.
+        if stat[stat.rfind(")") + 2] not in "TtZX":  # stopped, traced, or dead
+            return False
+    return True
+
+
 def _ephemeral_low() -> int:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
