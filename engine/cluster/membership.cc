@@ -25,6 +25,7 @@ std::optional<MemberInfo> ParseMember(NodeId id, const std::string& value) {
   // itself), makes no member.
   auto parsed = ParsePeerAddress(m.address);
   if (!parsed.ok() || IsWildcardHost(parsed->host)) return std::nullopt;
+  m.peer = std::move(*parsed);
   if (auto c = j.find("capacity"); c != j.end() && c->is_number_unsigned())
     m.capacity_bytes = c->get<uint64_t>();
   if (auto u = j.find("used"); u != j.end() && u->is_number_unsigned())

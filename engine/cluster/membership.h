@@ -28,13 +28,15 @@
 #include "cluster_layout.h"
 #include "kvfs/etcd.h"
 #include "kvfs/status.h"
+#include "kvfs/transport.h"
 #include "namespace_keys.h"
 
 namespace kvfs::cluster {
 
 struct MemberInfo {
   NodeId id = 0;
-  std::string address;  // HOST:PORT of its peer server
+  std::string address;  // HOST:PORT of its peer server, as registered
+  PeerAddress peer;     // the same, parsed (a registration that does not parse is no member)
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint32_t replicas = 0;  // its --replicas (0: not published, a node of an older kvfs)
   bool draining = false;  // an operator's drain mark (x/ key)
