@@ -339,7 +339,8 @@ nlohmann::json Control::NodesJson() {
                      {"puts_sent", n.puts_sent},
                      {"failures", n.failures},
                      {"hedged_around", n.hedged_around},
-                     {"unanswering", n.unanswering}});
+                     {"unanswering", n.unanswering},
+                     {"unreachable", n.unreachable}});
   }
   return nlohmann::json{
       {"self", v.self},

@@ -67,6 +67,7 @@ Status ClusterStore::Start() {
   KVFS_ASSIGN_OR_RETURN(server_, StartPeerServer(so, this));
   std::string address = options_.advertise;
   if (address.empty()) address = options_.listen_host + ":" + std::to_string(server_->port());
+  KVFS_RETURN_IF_ERROR(CheckAdvertised(address));
   // Object ids carry this node's id above the engine's counter; after a lost data directory
   // the counter may restart, so it starts above the highest id etcd has from this node.
   KVFS_ASSIGN_OR_RETURN(ObjectId highest,
@@ -128,6 +129,7 @@ Status ClusterStore::Start() {
       ExpireRetiring(/*resumed=*/now - tick > std::chrono::seconds(2));
       KeepReadsAlive();
       ProbeSuspects();
+      RecheckFailing();
       log_->ReleaseScanHold();
       CompactHistory();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -486,6 +488,7 @@ ClusterView ClusterStore::Cluster() const {
       n.failures = c->failures.load();
       n.hedged_around = c->hedged_around.load();
       n.unanswering = IsSuspect(m.id);
+      n.unreachable = Unreachable(m.id);
     }
     listed.insert(m.id);
     v.nodes.push_back(std::move(n));

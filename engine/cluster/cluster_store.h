@@ -120,6 +120,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // For PeerReader and Repairer: a client for a live node (null when unknown or down), the
   // order to try holders in (live ones first, those whose lease is gone last), and failure notes.
   PeerClient* Client(NodeId node);
+  // Dials the address this node is about to register, as a peer would. Another kvfs node
+  // answering there (ENXIO, or EACCES: another secret) refuses the start (that errno): peers
+  // would take it for this one. No answer is only logged: the address may be one that only other hosts reach.
+  Status CheckAdvertised(const std::string& address);
   // A suspect node is left out, so a frozen or cut-off peer costs one request timeout, not one
   // per read. When that leaves no one to ask, a read that waits for the bytes (`demanded`,
   // not a fetch ahead or a keep-alive) waits up to kProbeWait for a ping of the suspect
@@ -134,6 +138,11 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // suspect, so a healed partition is read from again within a second or two, not after
   // kSuspectFor.
   void ProbeSuspects();
+  // Pings each live node whose last request from this one failed and that no ping has found
+  // since (housekeeping, once a second), so that one this node cannot reach (its daemon gone
+  // while its lease lives, another node or no kvfs at its address, another secret) is named
+  // in .kvfs/nodes until it answers.
+  void RecheckFailing();
   // Pings `nodes` (those not being pinged already) on the push pool; a node that answers is
   // no longer suspect. `ahead_of_a_read`: a read waits for it, so a node found again a
   // moment ago is pinged anyway, and its answer serves the reads waiting for it without
@@ -341,10 +350,16 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     // answers; placement and other reads still leave it out.
     std::chrono::steady_clock::time_point cleared_at{};
     std::chrono::steady_clock::time_point answered_at{};  // the last ping it answered
+    bool recheck = false;     // a request failed since its last answered ping
+    std::string unreachable;  // why its last ping failed (empty: none failed since one answered)
   };
   mutable std::mutex peers_mu_;
   std::condition_variable probe_cv_;  // a ping of Probe ended (peers_mu_)
   std::map<NodeId, Peer> peers_;
+  // Ends a ping of `p` (peers_mu_ held): an answer clears what its failures marked.
+  static void NoteProbed(Peer& p, const Status& st);
+  // Why the last ping of `node` failed, if none has answered since (empty otherwise).
+  std::string Unreachable(NodeId node) const;
 
   // Nodes ever listed as members (id -> address), for reporting the departed as down.
   mutable std::mutex seen_mu_;

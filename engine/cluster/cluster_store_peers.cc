@@ -19,6 +19,34 @@ constexpr auto kProbeWait = std::chrono::milliseconds(100);
 
 }  // namespace
 
+Status ClusterStore::CheckAdvertised(const std::string& address) {
+  KVFS_ASSIGN_OR_RETURN(PeerAddress peer, ParsePeerAddress(address));
+  ClientOptions co;
+  co.kind = options_.transport;
+  co.secret = options_.secret;
+  co.node_name = NodeName(options_.node_id);
+  co.expect_node = NodeName(options_.node_id);
+  co.connect_timeout =
+      std::min<std::chrono::milliseconds>(options_.request_timeout, std::chrono::seconds(2));
+  co.request_timeout = co.connect_timeout;
+  CallOptions call;
+  call.timeout = co.request_timeout;
+  auto client = MakePeerClient(peer, co);
+  const Status st = client.ok() ? (*client)->Ping(call) : client.status();
+  if (st.ok()) return st;
+  if (st.err() == ENXIO || st.err() == EACCES) {
+    return Status::Error(st.err(), "the address this node would register, " + address +
+                                       ", reaches another kvfs node (" + st.message() +
+                                       "): give --advertise the address peers reach this "
+                                       "node at");
+  }
+  spdlog::warn(
+      "cluster: node {} does not reach itself at the address it registers, {} ({}); peers "
+      "that cannot reach it either will place nothing there (check --listen and --advertise)",
+      options_.node_id, address, st.ToString());
+  return Status::Ok();
+}
+
 PeerClient* ClusterStore::Client(NodeId node) {
   if (node == options_.node_id) return nullptr;
   std::optional<MemberInfo> m = membership_->Find(node);
@@ -37,8 +65,6 @@ PeerClient* ClusterStore::Client(NodeId node) {
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();
   if (m && (m->address != p.address || !p.client)) {
-    auto addr = ParsePeerAddress(m->address);  // membership admits only those that parse
-    if (!addr.ok()) return nullptr;
     ClientOptions co;
     co.kind = options_.transport;
     co.secret = options_.secret;
@@ -52,7 +78,7 @@ PeerClient* ClusterStore::Client(NodeId node) {
     // transfer (remotebench, one reader: 8 and 32 MiB 0.85-0.87x iperf3, against 0.62-0.85x
     // with one; see docs/transport.md).
     co.get_parallel_pieces = 2;
-    auto client = MakePeerClient(*addr, co);
+    auto client = MakePeerClient(m->peer, co);
     if (!client.ok()) {
       spdlog::warn("cluster: no client for node {} at {}: {}", node, m->address,
                    client.status().ToString());
@@ -120,6 +146,7 @@ void ClusterStore::NoteFailure(NodeId node, const Status& st) {
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();
   ++p.counters->failures;
+  p.recheck = true;
   // A peer that let a request time out is skipped for a while (see ReadOrder).
   if (st.err() == ETIMEDOUT || st.err() == EHOSTUNREACH || st.err() == ENETUNREACH)
     p.suspect_until = std::chrono::steady_clock::now() + kSuspectFor;
@@ -135,6 +162,58 @@ void ClusterStore::ProbeSuspects() {
     }
   }
   Probe(suspect, /*ahead_of_a_read=*/false);
+}
+
+std::string ClusterStore::Unreachable(NodeId node) const {
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(node);
+  return it == peers_.end() ? std::string() : it->second.unreachable;
+}
+
+void ClusterStore::NoteProbed(Peer& p, const Status& st) {
+  p.probing = false;
+  if (st.ok()) {
+    p.answered_at = std::chrono::steady_clock::now();
+    p.recheck = false;
+    p.unreachable.clear();
+  } else {
+    p.unreachable = st.ToString();
+  }
+}
+
+void ClusterStore::RecheckFailing() {
+  std::vector<NodeId> failing;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [node, p] : peers_) {
+      // Suspects are ProbeSuspects' (a frozen node's ping holds a pool thread a timeout).
+      if (p.recheck && !p.probing && p.suspect_until <= now) failing.push_back(node);
+    }
+  }
+  // A node whose lease is gone is down already; its client stays for the reads that ask it
+  // last, but nothing needs to know whether it answers.
+  std::erase_if(failing, [&](NodeId n) { return !membership_->IsLive(n); });
+  {
+    std::lock_guard lock(peers_mu_);
+    for (NodeId node : failing) peers_[node].probing = true;
+  }
+  for (NodeId node : failing) {
+    pushing_->Post([this, node] {
+      PeerClient* client = Client(node);
+      CallOptions call;
+      call.timeout = options_.request_timeout;
+      Status st = client ? client->Ping(call)
+                         : Status::Error(EHOSTUNREACH, "no client for its registered address");
+      if (!st.ok()) NoteFailure(node, st);  // a timeout makes it suspect (ProbeSuspects')
+      {
+        std::lock_guard lock(peers_mu_);
+        NoteProbed(peers_[node], st);
+      }
+      probe_cv_.notify_all();
+      if (st.ok()) spdlog::info("cluster: node {} answers this node again", node);
+    });
+  }
 }
 
 void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read) {
@@ -163,8 +242,7 @@ void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read)
       {
         std::lock_guard lock(peers_mu_);
         Peer& p = peers_[node];
-        p.probing = false;
-        if (st.ok()) p.answered_at = std::chrono::steady_clock::now();
+        NoteProbed(p, st);
         if (st.ok() && clears) {
           p.suspect_until = {};
           p.cleared_at = p.answered_at;

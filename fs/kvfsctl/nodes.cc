@@ -3,9 +3,9 @@
 // requests to it and how many failed, the replicas it publishes with; the etcd endpoints, the
 // namespace revision applied here, the repair this node leads and how its namespace changes
 // fared in etcd). Exit status: 0 when every node is this one, up or draining, 1 when a node is
-// down, does not answer this one, or keeps another number of replicas than this one (problems
-// an operator should look at), etcd is unreachable, or the file cannot be read. A single-node
-// mount lists itself.
+// down, does not answer this one or cannot be reached from it, or keeps another number of
+// replicas than this one (problems an operator should look at), etcd is unreachable, or the
+// file cannot be read. A single-node mount lists itself.
 //
 // kvfsctl drain|undrain MOUNTPOINT [--node N]: writes "drain N" to MOUNTPOINT/.kvfs/ctl.
 #include <cerrno>
@@ -164,6 +164,15 @@ int Nodes(const std::string& root, bool json) {
                      "kvfsctl nodes: node %s is %s but let a request from this node time out; "
                      "reads skip it until it answers a ping\n",
                      Text(n, "id").c_str(), state.c_str());
+    } else if (const std::string why = n.value("unreachable", std::string()); !why.empty()) {
+      // Its lease lives, but this node cannot talk to it: its daemon died a moment ago,
+      // another node or nothing kvfs listens at its address, or it has another secret.
+      // Copies meant for it go to the next node; what only it holds cannot be read from here.
+      ++down;
+      if (!json)
+        std::fprintf(stderr,
+                     "kvfsctl nodes: node %s is %s in etcd but this node cannot reach it: %s\n",
+                     Text(n, "id").c_str(), state.c_str(), why.c_str());
     }
   }
   return down == 0 ? 0 : 1;

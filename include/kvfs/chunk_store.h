@@ -192,6 +192,10 @@ struct NodeView {
   // It let a request time out lately (frozen, cut off, overloaded): reads skip it and
   // placement leaves it out until it answers a ping.
   bool unanswering = false;
+  // Why this node's last ping of it failed, when a request to it had failed and no ping has
+  // found it since (its daemon gone while its lease lives, another node or nothing kvfs at
+  // its address, another secret); empty otherwise.
+  std::string unreachable;
 };
 struct ClusterView {
   uint16_t self = 0;

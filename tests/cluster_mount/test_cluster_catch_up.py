@@ -19,7 +19,7 @@ import urllib.error
 
 from cluster_etcd_case import ClusterEtcdCase, VISIBLE_S, DOWN_S, seed_bin, count_names
 from kvfs_cluster import KvfsCluster, wait_until
-from kvfs_testlib import chunk_bytes, write_file_atomic
+from kvfs_testlib import KvfsError, chunk_bytes, write_file_atomic, freeze
 
 
 class CatchUp(ClusterEtcdCase):
@@ -30,7 +30,7 @@ class CatchUp(ClusterEtcdCase):
             self.write(c, 1, f"c/old{i}", b"o%d" % i)
         c.wait_exists(2, "c/old4", VISIBLE_S)
         pid = c.node(2).pid
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             # Node 2's watch stream breaks while it is frozen (an etcd restart), so nothing
             # of what follows is on its way to it: it must come back from the revision it had
@@ -79,7 +79,7 @@ class CatchUp(ClusterEtcdCase):
                 return b"compacted" in e.read()
 
         pid3 = c.node(3).pid
-        os.kill(pid3, signal.SIGSTOP)
+        freeze(pid3)
         try:
             n, start, mid = 0, time.monotonic(), None
             while time.monotonic() < start + 5:
@@ -224,7 +224,7 @@ class CatchUp(ClusterEtcdCase):
             wait_until(lambda: self.hold_of_node_2(c), 60, 0.01,
                        what="node 2 holds compaction for its read")
             pid = c.node(2).pid
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 self.assertTrue(starter.is_alive(), "node 2 finished its read before the freeze")
                 time.sleep(1.5)
@@ -266,7 +266,7 @@ class CatchUp(ClusterEtcdCase):
             starter, started = self.start_in_thread(c, 2)
             wait_until(hold_of_node_2, 60, 0.01, what="node 2 holds compaction for its read")
             pid = c.node(2).pid
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 self.assertTrue(starter.is_alive(), "node 2 finished its read before the freeze")
                 # The read's revision is at most etcd's now. The hold goes with node 2's 3 s
@@ -380,8 +380,78 @@ class CatchUp(ClusterEtcdCase):
         for k in (1, 2):
             self.assertTrue(c.node(k).running(), f"node {k} died\n{c.logs_tail()}")
         self.assertIn("not a kvfs node's", c.log(1))
+        # kvfsctl nodes names node 9, which this node cannot reach as itself.
+        self.assertGreater(
+            [n for n in c.nodes_json(1)["nodes"] if n["id"] == 9][0]["failures"], 0)
+        wait_until(lambda: "answers as node2" in c.kvfsctl("nodes", c.path(1)).stderr,
+                   VISIBLE_S, what="kvfsctl nodes says node 9's address answers as node 2")
+        r = c.kvfsctl("nodes", c.path(1))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("node 9 is up in etcd but this node cannot reach it", r.stderr)
         c.etcd.call("/v3/lease/revoke", {"ID": lease})
         c.wait_state(1, 9, "down", DOWN_S)
+
+    def test_a_node_whose_advertised_address_reaches_another_node_is_refused(self):
+        # --advertise naming another node's address (a config file copied between hosts):
+        # peers would send this node's copies to the other one, which refuses them as not its
+        # own, and this node would hold nothing. Its start is refused. An address where
+        # nothing answers is only logged: another host may reach what this one cannot.
+        c = self.cluster(n=2, replicas=1, start_nodes=[1])
+        c.node_args[2] = ["--advertise", c.node(1).address]
+        with self.assertRaises(KvfsError) as e:
+            c.start_node(2)
+        self.assertIn(f"{c.node(1).address}, reaches another kvfs node", str(e.exception))
+        self.assertIn("answers as node1, not node2", str(e.exception))
+        self.assertNotIn(2, c.node_states(1))
+        silent = socket.socket()  # a port nothing listens at
+        silent.bind(("127.0.0.1", 0))
+        self.addCleanup(silent.close)
+        c.node_args[2] = ["--advertise", f"127.0.0.1:{silent.getsockname()[1]}"]
+        c.start_node(2)
+        c.wait_state(1, 2, "up", VISIBLE_S)
+        self.assertIn("does not reach itself at the address it registers", c.log(2))
+
+    def test_a_live_registration_this_node_cannot_reach_is_named_until_it_answers(self):
+        # A node whose lease lives but which this node cannot talk to: its daemon killed
+        # before its lease ran out, then restarted with another secret. kvfsctl nodes exited
+        # 0 and named neither; only its FAILED count grew, with every copy meant for it.
+        c = self.cluster(n=2, replicas=2, lease_ttl_s=60)
+        os.mkdir(c.path(1, "u"))
+        c.wait_exists(2, "u", VISIBLE_S)
+
+        def unreachable():
+            return [n for n in c.nodes_json(1)["nodes"] if n["id"] == 2][0]["unreachable"]
+
+        def named(why):
+            r = c.kvfsctl("nodes", c.path(1))
+            return (r.returncode == 1 and why in unreachable() and
+                    "node 2 is up in etcd but this node cannot reach it" in r.stderr)
+
+        self.assertEqual(c.kvfsctl("nodes", c.path(1)).returncode, 0)
+        self.assertEqual(unreachable(), "")
+        c.kill9(2)
+        files = {f"u/f{i}": chunk_bytes(f"unreach{i}", 80_000 + i) for i in range(3)}
+        for rel, data in files.items():
+            c.publish(1, rel, data)  # its PUT to node 2 is refused; node 1 keeps the copy
+        self.assertEqual(c.node_states(1)[2], "up")  # its lease lives on
+        wait_until(lambda: named("refused"), VISIBLE_S,
+                   what=f"kvfsctl nodes names node 2, whose daemon is gone ({unreachable()!r})")
+
+        c.set_secret(2, b"not the cluster's secret")
+        c.restart(2)
+        wait_until(lambda: named("secret"), VISIBLE_S,
+                   what=f"kvfsctl nodes names node 2, which has another secret "
+                   f"({unreachable()!r})")
+
+        c.stop(2)
+        c.set_secret(2, None)
+        c.restart(2)
+        wait_until(lambda: c.kvfsctl("nodes", c.path(1)).returncode == 0 and unreachable() == "",
+                   VISIBLE_S, what=f"node 2 answers again ({unreachable()!r})")
+        for rel, data in files.items():  # repair gave node 2 its copies
+            wait_until(lambda: sorted(h["id"] for h in c.location(1, rel)["holders"]) == [1, 2],
+                       30, what=f"{rel} has its second copy")
+            self.assertEqual(self.read(c, 2, rel), data, rel)
 
     def test_ports_taken_before_the_first_start_move_etcd_and_the_node(self):
         # The harness picks free ports, then starts etcd and the daemons on them; another test
