@@ -34,9 +34,12 @@ Status ClusterStore::CheckAdvertised(const std::string& address) {
   auto client = MakePeerClient(peer, co);
   const Status st = client.ok() ? (*client)->Ping(call) : client.status();
   if (st.ok()) return st;
-  if (st.err() == ENXIO || st.err() == EACCES) {
+  if (st.err() == ENXIO || st.err() == EACCES || st.err() == EPROTO) {
+    const std::string what = st.err() == EPROTO
+                                 ? "something that is not a kvfs node of this version"
+                                 : "another kvfs node";
     return Status::Error(st.err(), "the address this node would register, " + address +
-                                       ", reaches another kvfs node (" + st.message() +
+                                       ", reaches " + what + " (" + st.message() +
                                        "): give --advertise the address peers reach this "
                                        "node at");
   }

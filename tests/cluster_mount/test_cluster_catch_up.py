@@ -403,6 +403,25 @@ class CatchUp(ClusterEtcdCase):
         self.assertIn(f"{c.node(1).address}, reaches another kvfs node", str(e.exception))
         self.assertIn("answers as node1, not node2", str(e.exception))
         self.assertNotIn(2, c.node_states(1))
+        # Another service at the address (here one that answers garbage and hangs up).
+        other = socket.socket()
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        self.addCleanup(other.close)
+
+        def answer_garbage():
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = other.accept()
+                    with conn:
+                        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + bytes(range(256)))
+
+        threading.Thread(target=answer_garbage, daemon=True).start()
+        c.node_args[2] = ["--advertise", f"127.0.0.1:{other.getsockname()[1]}"]
+        with self.assertRaises(KvfsError) as e:
+            c.start_node(2)
+        self.assertIn("reaches something that is not a kvfs node", str(e.exception))
+        self.assertNotIn(2, c.node_states(1))
         silent = socket.socket()  # a port nothing listens at
         silent.bind(("127.0.0.1", 0))
         self.addCleanup(silent.close)
