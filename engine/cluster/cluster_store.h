@@ -122,7 +122,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   PeerClient* Client(NodeId node);
   // Dials the address this node is about to register, as a peer would. Another kvfs node
   // answering there (ENXIO, or EACCES: another secret), or something that is not kvfs
-  // (EPROTO), refuses the start (that errno): peers would take it for this one. No answer is only logged: the address may be one that only other hosts reach.
+  // (EPROTO), refuses the start (that errno): peers would take it for this one. No answer is only
+  // logged: the address may be one that only other hosts reach.
   Status CheckAdvertised(const std::string& address);
   // A suspect node is left out, so a frozen or cut-off peer costs one request timeout, not one
   // per read. When that leaves no one to ask, a read that waits for the bytes (`demanded`,
