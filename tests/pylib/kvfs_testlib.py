@@ -218,14 +218,15 @@ def _pids_with_arg(arg: str) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Ports
+# Processes
 # ---------------------------------------------------------------------------------------------
 
 def freeze(pid: int, timeout: float = 5.0) -> bool:
     """SIGSTOP `pid` and wait until every thread of it has stopped. kill() returns before a
-    busy machine gets round to stopping them, and a request sent meanwhile is still served: a
-    test that froze etcd saw its chmod committed. False if a thread is still running after
-    `timeout` (one in uninterruptible sleep stops only when that ends)."""
+    busy machine gets round to stopping them (etcd under load: up to 11 ms), and a request
+    sent meanwhile is still served (the suspected cause of a chmod that a test sent to a
+    frozen etcd being committed). False if a thread is still running after `timeout` (one in
+    uninterruptible sleep stops only when that ends)."""
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
     while not _all_threads_stopped(pid):
@@ -251,6 +252,10 @@ def _all_threads_stopped(pid: int) -> bool:
             return False
     return True
 
+
+# ---------------------------------------------------------------------------------------------
+# Ports
+# ---------------------------------------------------------------------------------------------
 
 def _ephemeral_low() -> int:
     try:
