@@ -125,6 +125,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // (EPROTO), refuses the start (that errno): peers would take it for this one. No answer is only
   // logged: the address may be one that only other hosts reach.
   Status CheckAdvertised(const std::string& address);
+  // How this node dials `node`: its transport and secret, naming itself, expecting `node`.
+  ClientOptions PeerClientOptions(NodeId node) const;
   // A suspect node is left out, so a frozen or cut-off peer costs one request timeout, not one
   // per read. When that leaves no one to ask, a read that waits for the bytes (`demanded`,
   // not a fetch ahead or a keep-alive) waits up to kProbeWait for a ping of the suspect

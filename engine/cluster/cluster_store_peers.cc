@@ -19,13 +19,22 @@ constexpr auto kProbeWait = std::chrono::milliseconds(100);
 
 }  // namespace
 
-Status ClusterStore::CheckAdvertised(const std::string& address) {
-  KVFS_ASSIGN_OR_RETURN(PeerAddress peer, ParsePeerAddress(address));
+ClientOptions ClusterStore::PeerClientOptions(NodeId node) const {
   ClientOptions co;
   co.kind = options_.transport;
   co.secret = options_.secret;
   co.node_name = NodeName(options_.node_id);
-  co.expect_node = NodeName(options_.node_id);
+  // The node it means to reach: two nodes advertising one address (or a registration that
+  // outlived its node, its address now another's) must not pass one for the other.
+  co.expect_node = NodeName(node);
+  co.connect_timeout = options_.request_timeout;
+  co.request_timeout = options_.request_timeout;
+  return co;
+}
+
+Status ClusterStore::CheckAdvertised(const std::string& address) {
+  KVFS_ASSIGN_OR_RETURN(PeerAddress peer, ParsePeerAddress(address));
+  ClientOptions co = PeerClientOptions(options_.node_id);
   co.connect_timeout =
       std::min<std::chrono::milliseconds>(options_.request_timeout, std::chrono::seconds(2));
   co.request_timeout = co.connect_timeout;
@@ -68,15 +77,7 @@ PeerClient* ClusterStore::Client(NodeId node) {
   Peer& p = peers_[node];
   if (!p.counters) p.counters = std::make_unique<PeerCounters>();
   if (m && (m->address != p.address || !p.client)) {
-    ClientOptions co;
-    co.kind = options_.transport;
-    co.secret = options_.secret;
-    co.node_name = NodeName(options_.node_id);
-    // The node it means to reach: two nodes advertising one address (or a registration that
-    // outlived its node, its address now another's) must not pass one for the other.
-    co.expect_node = NodeName(node);
-    co.connect_timeout = options_.request_timeout;
-    co.request_timeout = options_.request_timeout;
+    ClientOptions co = PeerClientOptions(node);
     // Two pieces of a long GET in flight: one's device read and check overlap the other's
     // transfer (remotebench, one reader: 8 and 32 MiB 0.85-0.87x iperf3, against 0.62-0.85x
     // with one; see docs/transport.md).
