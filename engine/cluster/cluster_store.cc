@@ -249,6 +249,7 @@ Status ClusterStore::LoadHoldings() {
     h.local_id = r.id;
     h.local = r.layout;
     h.flags = r.flags;
+    h.from_before_start = true;
     held_[chunk] = std::move(h);
     chunk_of_local_[r.id] = chunk;
   }
@@ -282,12 +283,13 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
       if (const ClusterLayout* cl = AsClusterLayout(rec.layout)) {
         std::lock_guard lock(mu_);
         auto it = held_.find(cl->chunk);
-        if (it != held_.end()) {
+        const bool listed = cl->holders.Contains(options_.node_id);
+        if (it != held_.end() && listed) {
           it->second.record = rec.id;
           it->second.revision = rec.revision;
           it->second.holders = cl->holders;
           chunk_of_record_[rec.id] = cl->chunk;
-        } else if (cl->holders.Contains(options_.node_id)) {
+        } else if (it == held_.end() && listed) {
           listed_not_held.emplace_back(rec.id, cl->chunk);
         }
       }
@@ -303,21 +305,25 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
     std::this_thread::sleep_for(kLoadRetryPause);
   }
   loaded_ = true;
-  // Held chunks no record names any more (unlinked or replaced while this node was away) go;
-  // records that list this node for a chunk it lost (a crash with durability=async) drop it
-  // from their holder list, so repair copies the chunk from another holder.
+  // Copies held from before the start that no record lists this node for go: unlinked,
+  // replaced, or copied elsewhere by repair while this node was away (before, such a copy was
+  // kept, and only eviction ever freed it). A copy taken since this node registered stays: its
+  // record commits after the revision read, and only the watch brings it (dropped here, the node
+  // stayed listed as a holder of a copy it did not have); one that no record ever names goes
+  // after kUnnamedFor (Repairer). Records that list this node for a chunk it lost (a crash with
+  // durability=async) drop it from their holder list, so repair copies it from another holder.
   std::vector<uint64_t> orphans;
   {
     std::lock_guard lock(mu_);
     for (const auto& [chunk, h] : held_)
-      if (h.record == kInvalidId) orphans.push_back(chunk);
+      if (h.record == kInvalidId && h.from_before_start) orphans.push_back(chunk);
   }
-  for (uint64_t chunk : orphans) DropHolding(chunk, "no record names it");
+  for (uint64_t chunk : orphans) DropHolding(chunk, "no record lists this node for it");
   for (const auto& [record, chunk] : listed_not_held)
     LeaveHolderList(record, chunk, "not held here after a restart");
   if (!orphans.empty() || !listed_not_held.empty())
-    spdlog::info("cluster: dropped {} unnamed chunks, left {} holder lists", orphans.size(),
-                 listed_not_held.size());
+    spdlog::info("cluster: dropped {} copies no record lists this node for, left {} holder lists",
+                 orphans.size(), listed_not_held.size());
   return Status::Ok();
 }
 
@@ -332,6 +338,7 @@ void ClusterStore::SetListener(StoreListener* listener) {
 void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
                                const std::vector<ObjectId>& removes) {
   std::vector<std::pair<uint64_t, const char*>> drop;
+  std::vector<LocalLoss> not_here;  // records naming this node for a copy it does not have
   std::vector<std::pair<LayoutRef, uint32_t>> repin;  // held layouts whose pin changed
   std::vector<uint64_t> repin_chunks;
   bool held_changed = false;  // a chunk this node holds: its record or holders
@@ -348,9 +355,18 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
         drop.emplace_back(old->second, "a new version replaced it");
       if (!cl) continue;
       auto it = held_.find(cl->chunk);
-      if (it == held_.end()) continue;
+      if (it == held_.end()) {
+        // A record is committed only once each holder it lists has its copy, so this one went
+        // since (dropped, lost in a crash before the write reached the device) or etcd was
+        // restored from a backup. Listed, this node would count as a copy it is not.
+        if (cl->holders.Contains(options_.node_id))
+          not_here.push_back({cl->chunk, rec.id, LossKind::kNotHere});
+        continue;
+      }
       if (!cl->holders.Contains(options_.node_id)) {
-        // Repair or a drain took this node off the list: its copy is surplus.
+        // Repair or a drain took this node off the list: its copy is surplus. (A copy that
+        // repair PUT here a moment ago, whose record changed before repair listed it, goes
+        // too; once listed, the not_here leave above sends repair round again.)
         drop.emplace_back(cl->chunk, "the holder list no longer names this node");
         continue;
       }
@@ -364,6 +380,7 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
     }
   }
   for (const auto& [chunk, why] : drop) DropHolding(chunk, why);
+  for (const LocalLoss& loss : not_here) QueueLeave(loss);
   for (uint64_t chunk : repin_chunks) {
     LayoutRef l;
     uint32_t flags;
@@ -418,9 +435,11 @@ void ClusterStore::OnReset(ObjectId id, const ObjectRecord* rec, ResetOrigin ori
 void ClusterStore::MembershipChanged() {
   const bool reachable = membership_ && membership_->etcd_reachable();
   bool repair_view_changed = false;
+  std::vector<NodeId> arrived;  // live now, and not (or at another address) before
   if (membership_) {
     std::lock_guard lock(seen_mu_);
     RepairView view{reachable, {}};
+    std::map<NodeId, std::string> live;
     for (const MemberInfo& m : membership_->Members()) {
       view.members.emplace_back(m.id, m.draining, m.drained);
       if (m.drained) {
@@ -428,10 +447,22 @@ void ClusterStore::MembershipChanged() {
       } else {
         seen_[m.id] = m.address;
       }
+      auto before = live_.find(m.id);
+      if (m.id != options_.node_id && (before == live_.end() || before->second != m.address))
+        arrived.push_back(m.id);
+      live.emplace(m.id, m.address);
     }
+    live_ = std::move(live);
     std::sort(view.members.begin(), view.members.end());
     repair_view_changed = view != repair_view_;
     repair_view_ = std::move(view);
+  }
+  // Each node that joins (or comes back) is pinged once by the housekeeping (RecheckFailing):
+  // one this node cannot reach is named in kvfsctl nodes at once, not after a request to it
+  // failed (a node no publish had placed on yet was not named at all).
+  if (!arrived.empty()) {
+    std::lock_guard lock(peers_mu_);
+    for (NodeId n : arrived) peers_[n].recheck = true;
   }
   // Only what repair looks at: every node's usage changes every few seconds while it writes,
   // and each such change was a pass on every node.

@@ -185,6 +185,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     LayoutRef local;
     uint32_t flags = 0;  // the engine record's flags (the namespace record's pin mirrored)
     ObjectId record = kInvalidId;  // 0: no namespace record names it (yet)
+    // Held before this start (from the engine), not a copy taken since: only such a copy can be
+    // one the namespace read at start has the last word on (LoadRecords).
+    bool from_before_start = false;
     uint64_t revision = 0;
     HolderList holders;
     std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
@@ -353,7 +356,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     // answers; placement and other reads still leave it out.
     std::chrono::steady_clock::time_point cleared_at{};
     std::chrono::steady_clock::time_point answered_at{};  // the last ping it answered
-    bool recheck = false;     // a request failed since its last answered ping
+    bool recheck = false;     // it joined, or a request failed, since its last answered ping
     std::string unreachable;  // why its last ping failed (empty: none failed since one answered)
   };
   mutable std::mutex peers_mu_;
@@ -367,6 +370,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // Nodes ever listed as members (id -> address), for reporting the departed as down.
   mutable std::mutex seen_mu_;
   mutable std::map<NodeId, std::string> seen_;
+  std::map<NodeId, std::string> live_;  // seen_mu_: the live members' addresses, last change
   // What of the membership repair depends on (seen_mu_): etcd reachable, and each member with
   // its drain marks. A pass follows each change of it.
   struct RepairView {
@@ -378,11 +382,14 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
 
   // Held copies the engine evicted or found corrupt: their space is already released
   // (QueueLocalLoss); leaving the holder lists in etcd is the housekeeping thread's (losses_).
+  // So is leaving a list that names this node for a copy it does not have (NoteRecords).
+  enum class LossKind { kEvicted, kCorrupt, kNotHere };
   struct LocalLoss {
     uint64_t chunk;
     ObjectId record;  // kInvalidId: no namespace record named it yet
-    bool corrupt;
+    LossKind kind;
   };
+  void QueueLeave(const LocalLoss& loss);
 
   std::thread house_;
   HistoryCompactor compactor_;  // the housekeeping thread's

@@ -42,6 +42,7 @@ Status ClusterStore::Hold(uint64_t chunk, const LayoutRef& layout, uint32_t flag
   h.local_id = rec.id;
   h.local = layout;
   h.flags = flags;
+  h.from_before_start = false;
   chunk_of_local_[rec.id] = chunk;
   return Status::Ok();
 }
@@ -148,7 +149,7 @@ size_t ClusterStore::held_chunks() const {
 
 void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
   std::vector<LayoutRef> released;  // dropped after mu_: the last reference frees the extents
-  LocalLoss loss{0, kInvalidId, corrupt};
+  LocalLoss loss{0, kInvalidId, corrupt ? LossKind::kCorrupt : LossKind::kEvicted};
   {
     std::lock_guard lock(mu_);
     auto it = chunk_of_local_.find(local_id);
@@ -172,6 +173,10 @@ void ClusterStore::QueueLocalLoss(ObjectId local_id, bool corrupt) {
     }
     chunk_of_local_.erase(it);
   }
+  QueueLeave(loss);
+}
+
+void ClusterStore::QueueLeave(const LocalLoss& loss) {
   {
     std::lock_guard lock(house_mu_);
     losses_.push_back(loss);
@@ -186,11 +191,25 @@ void ClusterStore::HandleLocalLosses() {
     losses.swap(losses_);
   }
   for (const LocalLoss& loss : losses) {
-    spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
-                 loss.corrupt ? "corrupt" : "evicted");
-    if (loss.record != kInvalidId)
-      LeaveHolderList(loss.record, loss.chunk,
-                      loss.corrupt ? "its local copy was corrupt" : "evicted here");
+    switch (loss.kind) {
+      case LossKind::kEvicted:
+      case LossKind::kCorrupt: {
+        const bool corrupt = loss.kind == LossKind::kCorrupt;
+        spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
+                     corrupt ? "corrupt" : "evicted");
+        if (loss.record != kInvalidId)
+          LeaveHolderList(loss.record, loss.chunk,
+                          corrupt ? "its local copy was corrupt" : "evicted here");
+        break;
+      }
+      case LossKind::kNotHere:
+        spdlog::warn(
+            "cluster: record {:x} lists this node as a holder of chunk {}, which it "
+            "does not have: leaving the list, so repair makes another copy",
+            loss.record, Hex16(loss.chunk));
+        LeaveHolderList(loss.record, loss.chunk, "not held here");
+        break;
+    }
   }
 }
 

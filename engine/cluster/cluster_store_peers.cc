@@ -210,12 +210,17 @@ void ClusterStore::RecheckFailing() {
       Status st = client ? client->Ping(call)
                          : Status::Error(EHOSTUNREACH, "no client for its registered address");
       if (!st.ok()) NoteFailure(node, st);  // a timeout makes it suspect (ProbeSuspects')
+      bool was_unreachable;
       {
         std::lock_guard lock(peers_mu_);
-        NoteProbed(peers_[node], st);
+        Peer& p = peers_[node];
+        was_unreachable = !p.unreachable.empty();
+        NoteProbed(p, st);
       }
       probe_cv_.notify_all();
-      if (st.ok()) spdlog::info("cluster: node {} answers this node again", node);
+      // Not for the first ping of a node that joined, nor after a request that failed once.
+      if (st.ok() && was_unreachable)
+        spdlog::info("cluster: node {} answers this node again", node);
     });
   }
 }

@@ -20,6 +20,7 @@ import urllib.error
 from cluster_etcd_case import ClusterEtcdCase, VISIBLE_S, DOWN_S, seed_bin, count_names
 from kvfs_cluster import KvfsCluster, wait_until
 from kvfs_testlib import KvfsError, chunk_bytes, write_file_atomic, freeze
+from test_cluster_mount import REPAIR_S, holder_ids
 
 
 class CatchUp(ClusterEtcdCase):
@@ -146,12 +147,13 @@ class CatchUp(ClusterEtcdCase):
                        what="node 1 compacts past the hold once its lease is gone")
             self.assertEqual(c.nodes_json(1)["compaction_held"]["revision"], 0)
 
-    def seeded_cluster(self, count):
+    def seeded_cluster(self, count, replicas=1):
         """Node 1 alone with 1 s of etcd history over `count` names seeded straight into etcd
         (seed/), once it has taken them all in (node 1 compacts to what it has applied)."""
         if not os.access(seed_bin(), os.X_OK):
             self.skipTest(f"{seed_bin()} not built (KVFS_BUILD_BENCH=OFF)")
-        c = self.cluster(n=2, replicas=1, start_nodes=[1], extra_args=["--etcd-history", "1"])
+        c = self.cluster(n=2, replicas=replicas, start_nodes=[1],
+                         extra_args=["--etcd-history", "1"])
         seeded = subprocess.run([seed_bin(), "--etcd", c.etcd.endpoint, "--dir", "seed",
                                  "--count", str(count)], capture_output=True, text=True,
                                 timeout=600)
@@ -286,6 +288,137 @@ class CatchUp(ClusterEtcdCase):
         self.assertEqual(count_names(c.path(2, "seed")), count)
         wait_until(lambda: not hold_of_node_2(), 20, 0.2, what="node 2 releases its hold")
 
+    def test_copies_placed_on_a_joiner_during_its_read_are_kept(self):
+        # A node takes copies from the moment it registers, which is before it has read the
+        # namespace (at one revision). The record naming such a copy commits after that
+        # revision, so only the watch brings it, after the read. The read's end dropped every
+        # held chunk that no record of the read named, these too: node 2 stayed listed as a
+        # holder of copies it no longer had (one copy where R=2 was promised), and once node 1
+        # died those files read EIO.
+        c = self.seeded_cluster(150000, replicas=2)
+        os.mkdir(c.path(1, "p"))
+        published = {}
+        during_read = []
+        stop = threading.Event()
+
+        def publish():
+            i = 0
+            while not stop.is_set():
+                rel = f"p/f{i}"
+                data = chunk_bytes(rel, 4096 + i)
+                write_file_atomic(c.path(1, rel), data)
+                published[rel] = data
+                if self.hold_of_node_2(c):
+                    during_read.append(rel)
+                i += 1
+
+        c.node(2).mount.mount_timeout_s = 90  # it reads 150,000 names before it mounts
+        publisher = threading.Thread(target=publish)
+        try:
+            starter, started = self.start_in_thread(c, 2)
+            wait_until(lambda: self.hold_of_node_2(c), 60, 0.01,
+                       what="node 2 holds compaction for its read")
+            publisher.start()
+            starter.join(120)
+        finally:
+            stop.set()
+            if publisher.ident is not None:
+                publisher.join()
+        self.assertEqual(started, [None], c.log(2)[-3000:])
+        self.assertTrue(during_read, "no publish landed while node 2 read the namespace")
+        # Not dropped and made again by repair (a record naming a node without the copy makes
+        # that node leave the list): never dropped.
+        self.assertNotRegex(c.log(2), r"dropped [1-9]\d* copies no record lists")
+        wait_until(lambda: len(os.listdir(c.path(2, "p"))) == len(published), VISIBLE_S, 0.1,
+                   what="node 2 lists every published file")
+        # A dropped copy is still served for 5 s (ClusterStore::kRetireGrace): past that.
+        time.sleep(7)
+        on_node_2 = [rel for rel in published if 2 in holder_ids(c.location(1, rel))]
+        self.assertTrue(set(during_read) & set(on_node_2),
+                        "no copy was placed on node 2 during its read")
+        missing = [rel for rel in on_node_2 if not c.location(2, rel)["local"]]
+        self.assertEqual(missing, [], f"listed as held by node 2 but not there, of "
+                         f"{len(on_node_2)}; {len(during_read)} published during its read")
+        # What R=2 promises: node 1 gone, node 2 still reads every file it holds.
+        c.kill9(1)
+        for rel in on_node_2:
+            self.assertEqual(self.read(c, 2, rel), published[rel], rel)
+
+    def test_a_holder_list_naming_a_node_without_the_copy_is_mended(self):
+        # etcd restored from a backup, or a copy lost between its PUT and its record's commit:
+        # a record lists a node that does not have the chunk. That node must leave the list,
+        # so that repair makes the missing copy; before, it counted as a copy and the file had
+        # one where R=2 was promised. Here etcd's record of a file held by nodes 1 and 3 is
+        # rewritten (as a restore would) to name nodes 1 and 2.
+        c = self.cluster(n=3, replicas=2)
+        data = {}
+        target = None
+        for i in range(40):
+            rel = f"m{i}"
+            data[rel] = chunk_bytes(rel, 200_000 + i)
+            c.publish(1, rel, data[rel])
+            if holder_ids(c.location(1, rel)) == [1, 3]:
+                target = rel
+                break
+        self.assertIsNotNone(target, "no file of 40 was placed on nodes 1 and 3")
+        for k in (2, 3):
+            c.wait_exists(k, target, VISIBLE_S)
+        ino = os.stat(c.path(1, target)).st_ino
+        [(key, value)] = c.etcd.range_prefix(f"/kvfs/i/{ino:016x}")
+        # engine/cluster/record_value.cc: format 2 (no xattrs) ends with the holder count (u8)
+        # and the holder ids (u16 each, little-endian).
+        self.assertEqual(value[0], 2)
+        self.assertEqual(value[-5:], bytes([2, 1, 0, 3, 0]))
+        restored = value[:-4] + bytes([1, 0, 2, 0])
+        c.etcd.call("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                   "value": base64.b64encode(restored).decode()})
+
+        def holders_hold():
+            ids = holder_ids(c.location(1, target))
+            return len(ids) == 2 and all(c.location(k, target)["local"] for k in ids)
+        # Node 2 leaves the list, node 3 drops the copy it is no longer listed for, and repair
+        # makes a second copy (on node 2 or 3: a fresh one either way).
+        wait_until(lambda: "which it does not have: leaving the list" in c.log(2), VISIBLE_S,
+                   0.1, what="node 2 leaves a holder list it is wrongly on")
+        wait_until(holders_hold, REPAIR_S, 0.2,
+                   what=f"two holders that hold {target} ({c.location(1, target)})")
+        # What R=2 promises: node 1 gone, the other holder still reads the file.
+        (other,) = [k for k in holder_ids(c.location(1, target)) if k != 1]
+        c.kill9(1)
+        self.assertEqual(self.read(c, other, target), data[target])
+
+    def test_a_node_back_after_repair_drops_the_copies_it_was_replaced_for(self):
+        # A node killed past its lease comes back to holder lists that repair rewrote without
+        # it (its chunks copied to the others). Its copies of those chunks are surplus. Before,
+        # its read at start kept every copy that some record named, listed or not, and nothing
+        # dropped them later but eviction: space lost each time a node came back.
+        c = self.cluster(n=3, replicas=2)
+        os.mkdir(c.path(1, "r"))
+        files = {f"r/f{i}": chunk_bytes(f"r{i}", 100_000 + i) for i in range(12)}
+        for rel, data in files.items():
+            c.publish(1, rel, data)
+        on_node_2 = [rel for rel in files if 2 in holder_ids(c.location(1, rel))]
+        self.assertTrue(on_node_2, "no chunk has a copy on node 2: the test would test nothing")
+        for rel in on_node_2:
+            c.wait_exists(2, rel, VISIBLE_S)
+            self.assertTrue(c.location(2, rel)["local"], rel)
+
+        c.kill9(2)
+        c.wait_state(1, 2, "down", DOWN_S)
+        wait_until(lambda: all(sorted(holder_ids(c.location(1, rel))) == [1, 3]
+                               for rel in on_node_2), REPAIR_S, 0.2,
+                   what="repair copies node 2's chunks to node 3")
+        c.restart(2)
+        c.wait_state(1, 2, "up", DOWN_S)
+        # A dropped copy is still served for 5 s (ClusterStore::kRetireGrace): past that.
+        time.sleep(7)
+        kept = [rel for rel in on_node_2 if c.location(2, rel)["local"]]
+        self.assertEqual(kept, [], f"node 2 kept copies no holder list names, of "
+                         f"{len(on_node_2)}")
+        for rel in on_node_2:
+            self.assertEqual(self.read(c, 2, rel), files[rel], rel)
+            self.assertEqual(sorted(holder_ids(c.location(2, rel))), [1, 3], rel)
+
     def test_late_joiner_sees_everything(self):
         c = self.cluster(n=3, replicas=2, start_nodes=[1, 2])
         want = {}
@@ -365,6 +498,14 @@ class CatchUp(ClusterEtcdCase):
                    what="node 9's registration seen")
         for k in (1, 2):
             self.assertEqual(sorted(c.node_states(k)), [1, 2, 9], f"node {k}'s members")
+        # A node pings each member that joins: node 9 is named before any request went to it.
+        def names_node_9(k):
+            err = c.kvfsctl("nodes", c.path(k)).stderr
+            return "node 9 is up in etcd but this node cannot reach it" in err and \
+                "answers as node2" in err
+        for k in (1, 2):
+            wait_until(lambda: names_node_9(k), VISIBLE_S,
+                       what=f"node {k} names node 9 before any publish")
         files = {f"bad/f{i}": chunk_bytes(f"bad{i}", 50_000 + i) for i in range(12)}
         os.mkdir(c.path(1, "bad"))
         for rel, data in files.items():
