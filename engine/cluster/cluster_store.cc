@@ -128,6 +128,7 @@ Status ClusterStore::Start() {
       // did not run must not end the grace of the copies they read.
       ExpireRetiring(/*resumed=*/now - tick > std::chrono::seconds(2));
       KeepReadsAlive();
+      RetryLeaves();
       ProbeSuspects();
       RecheckFailing();
       log_->ReleaseScanHold();
@@ -284,7 +285,11 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
         std::lock_guard lock(mu_);
         auto it = held_.find(cl->chunk);
         const bool listed = cl->holders.Contains(options_.node_id);
-        if (it != held_.end() && listed) {
+        // A held copy its record does not list is surplus once the list has R holders (repair
+        // copied it elsewhere while this node was away): left unnamed, dropped below. On a
+        // shorter list it stays (as before): repair lists it again without a new copy, or
+        // lists another node, whose record then drops it (NoteRecords).
+        if (it != held_.end() && (listed || cl->holders.size() < options_.replicas)) {
           it->second.record = rec.id;
           it->second.revision = rec.revision;
           it->second.holders = cl->holders;
@@ -305,9 +310,9 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
     std::this_thread::sleep_for(kLoadRetryPause);
   }
   loaded_ = true;
-  // Copies held from before the start that no record lists this node for go: unlinked,
-  // replaced, or copied elsewhere by repair while this node was away (before, such a copy was
-  // kept, and only eviction ever freed it). A copy taken since this node registered stays: its
+  // Copies held from before the start that no record names go (unlinked, replaced, or copied
+  // elsewhere by repair while this node was away: before, such a copy was kept, and only
+  // eviction ever freed it). A copy taken since this node registered stays: its
   // record commits after the revision read, and only the watch brings it (dropped here, the node
   // stayed listed as a holder of a copy it did not have); one that no record ever names goes
   // after kUnnamedFor (Repairer). Records that list this node for a chunk it lost (a crash with
@@ -318,12 +323,12 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
     for (const auto& [chunk, h] : held_)
       if (h.record == kInvalidId && h.from_before_start) orphans.push_back(chunk);
   }
-  for (uint64_t chunk : orphans) DropHolding(chunk, "no record lists this node for it");
+  for (uint64_t chunk : orphans) DropHolding(chunk, "no record needs this copy");
   for (const auto& [record, chunk] : listed_not_held)
     LeaveHolderList(record, chunk, "not held here after a restart");
   if (!orphans.empty() || !listed_not_held.empty())
-    spdlog::info("cluster: dropped {} copies no record lists this node for, left {} holder lists",
-                 orphans.size(), listed_not_held.size());
+    spdlog::info("cluster: dropped {} copies no record needs, left {} holder lists", orphans.size(),
+                 listed_not_held.size());
   return Status::Ok();
 }
 

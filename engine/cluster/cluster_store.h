@@ -271,8 +271,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   void QueueLocalLoss(ObjectId local_id, bool corrupt);
   void HandleLocalLosses();
   // Takes this node out of the holder list of `record` (its copy is gone); the record goes
-  // when no holder is left.
-  void LeaveHolderList(ObjectId record, uint64_t chunk, const char* why);
+  // when no holder is left. True when done or nothing to do; false when etcd could not be
+  // read or written, or the record changed under every try.
+  bool LeaveHolderList(ObjectId record, uint64_t chunk, const char* why);
   void MembershipChanged();
   Result<size_t> ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out, size_t len);
   // A local writer started from a copy of `base` (a cluster layout this node may not hold).
@@ -388,8 +389,15 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     uint64_t chunk;
     ObjectId record;  // kInvalidId: no namespace record named it yet
     LossKind kind;
+    uint32_t tries = 0;  // RetryLeaves' tries while etcd answered
   };
   void QueueLeave(const LocalLoss& loss);
+  // Logs the loss and leaves its holder list; false: etcd could not be asked or kept refusing.
+  bool Leave(const LocalLoss& loss);
+  // The housekeeping's, once a second: the leaves that failed, again while etcd answers.
+  void RetryLeaves();
+  static constexpr uint32_t kLeaveTries = 10;
+  std::vector<LocalLoss> leaves_to_retry_;  // the housekeeping thread's
 
   std::thread house_;
   HistoryCompactor compactor_;  // the housekeeping thread's

@@ -190,46 +190,64 @@ void ClusterStore::HandleLocalLosses() {
     std::lock_guard lock(house_mu_);
     losses.swap(losses_);
   }
-  for (const LocalLoss& loss : losses) {
-    switch (loss.kind) {
-      case LossKind::kEvicted:
-      case LossKind::kCorrupt: {
-        const bool corrupt = loss.kind == LossKind::kCorrupt;
-        spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
-                     corrupt ? "corrupt" : "evicted");
-        if (loss.record != kInvalidId)
-          LeaveHolderList(loss.record, loss.chunk,
-                          corrupt ? "its local copy was corrupt" : "evicted here");
-        break;
-      }
-      case LossKind::kNotHere:
-        spdlog::warn(
-            "cluster: record {:x} lists this node as a holder of chunk {}, which it "
-            "does not have: leaving the list, so repair makes another copy",
-            loss.record, Hex16(loss.chunk));
-        LeaveHolderList(loss.record, loss.chunk, "not held here");
-        break;
+  for (LocalLoss& loss : losses) {
+    if (!Leave(loss)) leaves_to_retry_.push_back(loss);
+  }
+}
+
+void ClusterStore::RetryLeaves() {
+  // Only while etcd answers: a leave that failed for want of etcd is tried again once it is
+  // back (before, the node stayed on the list of a copy it did not have until the record
+  // changed). One that etcd answers but refuses is given up after kLeaveTries.
+  if (leaves_to_retry_.empty() || !membership_->etcd_reachable()) return;
+  std::vector<LocalLoss> leaves;
+  leaves.swap(leaves_to_retry_);
+  for (LocalLoss& loss : leaves) {
+    if (LeaveHolderList(loss.record, loss.chunk, "its copy went while etcd was away")) {
+      spdlog::info("cluster: left the holder list of chunk {} (record {:x}) on a later try",
+                   Hex16(loss.chunk), loss.record);
+    } else if (++loss.tries < kLeaveTries) {
+      leaves_to_retry_.push_back(loss);
+    } else {
+      spdlog::error("cluster: gave up leaving the holder list of chunk {} (record {:x})",
+                    Hex16(loss.chunk), loss.record);
     }
   }
 }
 
-void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* why) {
+bool ClusterStore::Leave(const LocalLoss& loss) {
+  if (loss.kind == LossKind::kNotHere) {
+    spdlog::warn(
+        "cluster: record {:x} lists this node as a holder of chunk {}, which it does not "
+        "have: leaving the list, so repair makes another copy",
+        loss.record, Hex16(loss.chunk));
+    return LeaveHolderList(loss.record, loss.chunk, "not held here");
+  }
+  const bool corrupt = loss.kind == LossKind::kCorrupt;
+  spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
+               corrupt ? "corrupt" : "evicted");
+  if (loss.record == kInvalidId) return true;  // no record named it yet
+  return LeaveHolderList(loss.record, loss.chunk,
+                         corrupt ? "its local copy was corrupt" : "evicted here");
+}
+
+bool ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* why) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto rec = log_->ReadRecord(record);
     if (!rec.ok()) {
-      spdlog::warn("cluster: cannot leave the holder list of {:x}: {}", record,
+      spdlog::warn("cluster: cannot leave the holder list of {:x} yet: {}", record,
                    rec.status().ToString());
-      return;
+      return false;
     }
-    if (!*rec) return;
+    if (!*rec) return true;
     const ClusterLayout* cl = AsClusterLayout((*rec)->layout);
-    if (!cl || cl->chunk != chunk || !cl->holders.Contains(options_.node_id)) return;
+    if (!cl || cl->chunk != chunk || !cl->holders.Contains(options_.node_id)) return true;
     if (Holds(chunk, /*retiring=*/false)) {
       // Repair (or a placement) sent a fresh copy since the loss: leaving now would take a
       // good copy off the list, and this node would drop it when the change came back.
       spdlog::info("cluster: chunk {} is held here again: node {} stays on its holder list",
                    Hex16(chunk), options_.node_id);
-      return;
+      return true;
     }
     HolderList holders = cl->holders;
     holders.Remove(options_.node_id);
@@ -244,12 +262,13 @@ void ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* 
       next.layout = MakeClusterLayout(cl->size, cl->chunk, holders, cl->checksum);
       st = log_->CompareAndPut(next).status();
     }
-    if (st.ok() || !st.IsConflict()) {
-      if (!st.ok())
-        spdlog::warn("cluster: leaving the holder list of {:x}: {}", record, st.ToString());
-      return;
+    if (st.ok()) return true;
+    if (!st.IsConflict()) {
+      spdlog::warn("cluster: leaving the holder list of {:x}: {}", record, st.ToString());
+      return false;
     }
   }
+  return false;  // the record kept changing under this node: the next try reads it again
 }
 
 }  // namespace kvfs::cluster

@@ -328,7 +328,7 @@ class CatchUp(ClusterEtcdCase):
         self.assertTrue(during_read, "no publish landed while node 2 read the namespace")
         # Not dropped and made again by repair (a record naming a node without the copy makes
         # that node leave the list): never dropped.
-        self.assertNotRegex(c.log(2), r"dropped [1-9]\d* copies no record lists")
+        self.assertNotRegex(c.log(2), r"dropped [1-9]\d* copies no record needs")
         wait_until(lambda: len(os.listdir(c.path(2, "p"))) == len(published), VISIBLE_S, 0.1,
                    what="node 2 lists every published file")
         # A dropped copy is still served for 5 s (ClusterStore::kRetireGrace): past that.

@@ -326,8 +326,9 @@ class ClusterRemoteReads(unittest.TestCase):
             os.close(fd)
 
     def flip_stored_byte(self, c, k, data):
-        """Flips one byte of node k's (stopped) copy of `data`, in its second MiB, on node k's
-        device file (found by its content: the chunk is stored raw, its bytes do not compress)."""
+        """Flips one byte of node k's copy of `data`, in its second MiB, on node k's device file
+        (found by its content: the chunk is stored raw, its bytes do not compress). The node
+        reads its devices with O_DIRECT, which sees the write."""
         probe = data[(3 << 19):(3 << 19) + 4096]
         hits = []
         for dirpath, _, names in os.walk(c.node(k).mount.data):
@@ -366,6 +367,46 @@ class ClusterRemoteReads(unittest.TestCase):
         with open(c.path(1, ".kvfs/status")) as f:
             self.assertGreaterEqual(json.load(f)["checksum_failures"], 1)
         c.wait_gone(2, "rb", VISIBLE_S)
+
+    def test_a_copy_found_corrupt_while_etcd_is_down_leaves_its_list_once_etcd_is_back(self):
+        # A node that loses a copy leaves the chunk's holder list in etcd. With etcd down, that
+        # failed and was not tried again: the node stayed listed for a copy it did not have
+        # (no repair: the list showed R copies) until the file's record changed.
+        c = self.cluster(n=2, replicas=2)
+        size = 2 * (1 << 20) + 3
+        data = chunk_bytes("bitrot-offline", size)
+        c.publish(1, "bo", data)
+        c.wait_exists(2, "bo", VISIBLE_S)
+        self.assertEqual(sorted(holder_ids(c.location(1, "bo"))), [1, 2])
+        # Flipped under the running node (a restart would drop it from the list first: a clean
+        # stop ends its lease, and repair trims the list), with the kernel's cached pages of
+        # the file dropped, so that the read reaches the device.
+        self.flip_stored_byte(c, 1, data)
+        fd = os.open(c.path(1, "bo"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        c.etcd.kill9()
+        try:
+            # Read from node 2's copy, node 1's found corrupt and dropped; etcd is not there to
+            # take node 1 off the list.
+            self.assert_read_ok_bounded(c, 1, "bo", "bitrot-offline", size)
+            wait_until(lambda: "is gone (corrupt)" in c.log(1), REPAIR_S, 0.1,
+                       what="node 1 drops its corrupt copy")
+            wait_until(lambda: "cannot leave the holder list" in c.log(1), REPAIR_S, 0.1,
+                       what="node 1 fails to leave the holder list without etcd")
+        finally:
+            c.etcd.start()
+        wait_until(lambda: "on a later try" in c.log(1), REPAIR_S, 0.2,
+                   what="node 1 leaves the holder list once etcd is back")
+        wait_until(lambda: c.location(1, "bo")["local"]
+                   and sorted(holder_ids(c.location(2, "bo"))) == [1, 2],
+                   REPAIR_S, 0.2, what="node 2 repaired node 1's copy")
+        c.stop(2)
+        c.stop(1)
+        c.restart(1)
+        self.assert_read_ok_bounded(c, 1, "bo", "bitrot-offline", size)
 
     def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
         c = self.cluster(n=2, replicas=2)
