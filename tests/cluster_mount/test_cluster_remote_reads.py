@@ -343,6 +343,23 @@ class ClusterRemoteReads(unittest.TestCase):
                         hits.append(path)
         self.assertEqual(len(hits), 1, f"node {k}'s copy found in {hits}")
 
+    def publish_on_1_and_2(self, c, rel, name, size):
+        """Publishes chunk_bytes(name, size) as rel on node 1 of a 2-node R=2 cluster, held by
+        both nodes; returns the bytes."""
+        data = chunk_bytes(name, size)
+        c.publish(1, rel, data)
+        c.wait_exists(2, rel, VISIBLE_S)
+        self.assertEqual(sorted(holder_ids(c.location(1, rel))), [1, 2])
+        return data
+
+    def assert_node_1_alone_reads(self, c, rel, name, size):
+        """Reads rel on node 1 through a fresh mount (no page cache), with node 2 gone: its
+        own copy alone."""
+        c.stop(2)
+        c.stop(1)
+        c.restart(1)
+        self.assert_read_ok_bounded(c, 1, rel, name, size)
+
     def test_corrupt_remote_copy_never_reaches_the_reader(self):
         # The holder sends its stored segments unchecked, with their stored checksums, and the
         # reader checks them (one checksum end to end). A copy that went bad on the holder's
@@ -374,10 +391,7 @@ class ClusterRemoteReads(unittest.TestCase):
         # (no repair: the list showed R copies) until the file's record changed.
         c = self.cluster(n=2, replicas=2)
         size = 2 * (1 << 20) + 3
-        data = chunk_bytes("bitrot-offline", size)
-        c.publish(1, "bo", data)
-        c.wait_exists(2, "bo", VISIBLE_S)
-        self.assertEqual(sorted(holder_ids(c.location(1, "bo"))), [1, 2])
+        data = self.publish_on_1_and_2(c, "bo", "bitrot-offline", size)
         # Flipped under the running node (a restart would drop it from the list first: a clean
         # stop ends its lease, and repair trims the list), with the kernel's cached pages of
         # the file dropped, so that the read reaches the device.
@@ -403,18 +417,12 @@ class ClusterRemoteReads(unittest.TestCase):
         wait_until(lambda: c.location(1, "bo")["local"]
                    and sorted(holder_ids(c.location(2, "bo"))) == [1, 2],
                    REPAIR_S, 0.2, what="node 2 repaired node 1's copy")
-        c.stop(2)
-        c.stop(1)
-        c.restart(1)
-        self.assert_read_ok_bounded(c, 1, "bo", "bitrot-offline", size)
+        self.assert_node_1_alone_reads(c, "bo", "bitrot-offline", size)
 
     def test_corrupt_local_copy_is_read_from_the_other_replica_and_repaired(self):
         c = self.cluster(n=2, replicas=2)
         size = 3 * (1 << 20) + 5
-        data = chunk_bytes("bitrot", size)
-        c.publish(1, "bitrot", data)
-        c.wait_exists(2, "bitrot", VISIBLE_S)
-        self.assertEqual(sorted(holder_ids(c.location(1, "bitrot"))), [1, 2])
+        data = self.publish_on_1_and_2(c, "bitrot", "bitrot", size)
         c.stop(1)
         self.flip_stored_byte(c, 1, data)
         c.restart(1)
@@ -433,8 +441,4 @@ class ClusterRemoteReads(unittest.TestCase):
                    and c.location(1, "bitrot")["local"]
                    and sorted(holder_ids(c.location(2, "bitrot"))) == [1, 2],
                    REPAIR_S, 0.2, what="node 2 repaired node 1's copy")
-        # The repaired copy alone, through a fresh mount (no page cache), with node 2 gone.
-        c.stop(2)
-        c.stop(1)
-        c.restart(1)
-        self.assert_read_ok_bounded(c, 1, "bitrot", "bitrot", size)
+        self.assert_node_1_alone_reads(c, "bitrot", "bitrot", size)  # the repaired copy
