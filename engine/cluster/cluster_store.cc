@@ -312,10 +312,10 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
   loaded_ = true;
   // Copies held from before the start that no record names go (unlinked, replaced, or copied
   // elsewhere by repair while this node was away: before, such a copy was kept, and only
-  // eviction ever freed it). A copy taken since this node registered stays: its
-  // record commits after the revision read, and only the watch brings it (dropped here, the node
-  // stayed listed as a holder of a copy it did not have); one that no record ever names goes
-  // after kUnnamedFor (Repairer). Records that list this node for a chunk it lost (a crash with
+  // eviction ever freed it). A copy taken since this node registered stays: its record commits
+  // after the revision read, and only the watch brings it (dropped here, the node stayed listed
+  // as a holder of a copy it did not have); one that no record ever names goes after
+  // kUnnamedFor (Repairer). Records that list this node for a chunk it lost (a crash with
   // durability=async) drop it from their holder list, so repair copies it from another holder.
   std::vector<uint64_t> orphans;
   {
@@ -362,8 +362,10 @@ void ClusterStore::NoteRecords(const std::vector<ObjectRecord>& puts,
       auto it = held_.find(cl->chunk);
       if (it == held_.end()) {
         // A record is committed only once each holder it lists has its copy, so this one went
-        // since (dropped, lost in a crash before the write reached the device) or etcd was
-        // restored from a backup. Listed, this node would count as a copy it is not.
+        // since or etcd was restored from a backup. Seen in a stress run: repair's PUT found
+        // the copy a PUT abandoned by its writer had left here, then the writer's record (not
+        // listing this node) dropped it, then repair's record listed it. Listed, this node
+        // would count as a copy it is not.
         if (cl->holders.Contains(options_.node_id))
           not_here.push_back({cl->chunk, rec.id, LossKind::kNotHere});
         continue;

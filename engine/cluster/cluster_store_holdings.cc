@@ -190,7 +190,7 @@ void ClusterStore::HandleLocalLosses() {
     std::lock_guard lock(house_mu_);
     losses.swap(losses_);
   }
-  for (LocalLoss& loss : losses) {
+  for (const LocalLoss& loss : losses) {
     if (!Leave(loss)) leaves_to_retry_.push_back(loss);
   }
 }
@@ -221,13 +221,16 @@ bool ClusterStore::Leave(const LocalLoss& loss) {
         "cluster: record {:x} lists this node as a holder of chunk {}, which it does not "
         "have: leaving the list, so repair makes another copy",
         loss.record, Hex16(loss.chunk));
-    return LeaveHolderList(loss.record, loss.chunk, "not held here");
+    // Not while etcd is known unreachable: each try would hold this thread a timeout.
+    return membership_->etcd_reachable() &&
+           LeaveHolderList(loss.record, loss.chunk, "not held here");
   }
   const bool corrupt = loss.kind == LossKind::kCorrupt;
   spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
                corrupt ? "corrupt" : "evicted");
   if (loss.record == kInvalidId) return true;  // no record named it yet
-  return LeaveHolderList(loss.record, loss.chunk,
+  return membership_->etcd_reachable() &&
+         LeaveHolderList(loss.record, loss.chunk,
                          corrupt ? "its local copy was corrupt" : "evicted here");
 }
 
