@@ -1,13 +1,12 @@
 // ClusterStore: life cycle (open, register, load, shut down) and how the namespace's changes
 // reach the fs and the holdings. The held chunks themselves are in cluster_store_holdings.cc,
 // publishing and reading chunks in cluster_store_io.cc, what peers ask in
-// cluster_store_serve.cc.
+// cluster_store_serve.cc, what kvfsctl sees in cluster_store_views.cc.
 #include "cluster_store.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <set>
 #include <thread>
 
 #include "repair.h"
@@ -130,7 +129,7 @@ Status ClusterStore::Start() {
       KeepReadsAlive();
       RetryLeaves();
       ProbeSuspects();
-      RecheckFailing();
+      CheckPeers();
       log_->ReleaseScanHold();
       CompactHistory();
       tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -324,8 +323,11 @@ Status ClusterStore::LoadRecords(const std::function<void(ObjectRecord&&)>& fn,
       if (h.record == kInvalidId && h.from_before_start) orphans.push_back(chunk);
   }
   for (uint64_t chunk : orphans) DropHolding(chunk, "no record needs this copy");
-  for (const auto& [record, chunk] : listed_not_held)
-    LeaveHolderList(record, chunk, "not held here after a restart");
+  for (const auto& [record, chunk] : listed_not_held) {
+    // One that fails (etcd went away since the read) is tried again by the housekeeping.
+    if (!LeaveHolderList(record, chunk, "not held here after a restart"))
+      QueueLeave({chunk, record, LossKind::kNotHere});
+  }
   if (!orphans.empty() || !listed_not_held.empty())
     spdlog::info("cluster: dropped {} copies no record needs, left {} holder lists", orphans.size(),
                  listed_not_held.size());
@@ -464,7 +466,7 @@ void ClusterStore::MembershipChanged() {
     repair_view_changed = view != repair_view_;
     repair_view_ = std::move(view);
   }
-  // Each node that joins (or comes back) is pinged once by the housekeeping (RecheckFailing):
+  // Each node that joins (or comes back) is pinged once by the housekeeping (CheckPeers):
   // one this node cannot reach is named in kvfsctl nodes at once, not after a request to it
   // failed (a node no publish had placed on yet was not named at all).
   if (!arrived.empty()) {
@@ -485,111 +487,6 @@ StoreStats ClusterStore::Stats() const {
   StoreStats s = local_->Stats();
   // Counts of names are the fs's business (it holds the namespace); these are the engine's.
   return s;
-}
-
-ClusterView ClusterStore::Cluster() const {
-  ClusterView v;
-  v.self = options_.node_id;
-  v.replicas = options_.replicas;
-  v.transport = options_.transport == TransportKind::kRdma ? "rdma" : "tcp";
-  v.etcd = options_.etcd.endpoints;
-  v.etcd_reachable = membership_->etcd_reachable();
-  v.revision = log_->applied_revision();
-  v.etcd_history_s = static_cast<uint32_t>(options_.etcd_history.count());
-  v.compacted_revision = compacted_revision_.load();
-  v.compaction_held_at = compaction_held_at_.load();
-  v.compaction_held_by = compaction_held_by_.load();
-  const NamespaceLog::Counters c = log_->counters();
-  v.ns_transactions = c.txns;
-  v.ns_changes = c.batches;
-  v.ns_conflicts = c.conflicts;
-  v.ns_names_taken_over = c.displaced;
-  v.ns_refused_unreachable = c.refused_unreachable + refused_up_front_.load();
-  std::set<NodeId> listed;
-  for (const MemberInfo& m : membership_->Members()) {
-    NodeView n;
-    n.id = m.id;
-    n.address = m.address;
-    n.state = m.id == options_.node_id ? (m.draining ? "draining" : "self")
-                                       : (m.draining ? "draining" : "up");
-    if (m.drained && m.draining) n.state = "drained";
-    n.capacity_bytes = m.capacity_bytes;
-    n.used_bytes = m.used_bytes;
-    n.replicas = m.replicas;
-    if (m.id == options_.node_id) {
-      StoreStats s = local_->Stats();
-      n.capacity_bytes = s.capacity_bytes;
-      n.used_bytes = s.used_bytes;
-    } else if (PeerCounters* c = const_cast<ClusterStore*>(this)->CountersFor(m.id)) {
-      n.gets_sent = c->gets_sent.load();
-      n.puts_sent = c->puts_sent.load();
-      n.failures = c->failures.load();
-      n.hedged_around = c->hedged_around.load();
-      n.unanswering = IsSuspect(m.id);
-      n.unreachable = Unreachable(m.id);
-    }
-    listed.insert(m.id);
-    v.nodes.push_back(std::move(n));
-  }
-  {
-    // Nodes seen since this one started whose lease is gone: down, until they come back or
-    // were drained before they left (then they were removed on purpose).
-    std::lock_guard lock(seen_mu_);
-    for (const NodeView& n : v.nodes) {
-      if (n.state == "drained") {
-        seen_.erase(n.id);
-      } else {
-        seen_[n.id] = n.address;
-      }
-    }
-    for (const auto& [id, address] : seen_) {
-      if (listed.count(id) || id == options_.node_id) continue;
-      NodeView n;
-      n.id = id;
-      n.address = address;
-      n.state = "down";
-      v.nodes.push_back(std::move(n));
-    }
-  }
-  if (!listed.count(options_.node_id)) {
-    // Not registered right now (etcd unreachable, or the lease just expired).
-    NodeView n;
-    n.id = options_.node_id;
-    n.state = "self";
-    n.replicas = options_.replicas;
-    v.nodes.push_back(std::move(n));
-  }
-  std::sort(v.nodes.begin(), v.nodes.end(),
-            [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
-  Repairer::Totals t = repair_->totals();
-  v.repair_pending = t.pending;
-  v.repaired_chunks = t.chunks;
-  v.repaired_bytes = t.bytes;
-  v.repair_failures = t.failures;
-  v.repair_passes = t.passes;
-  v.repair_bandwidth = options_.repair_bandwidth;
-  return v;
-}
-
-PlacementView ClusterStore::Placement(const LayoutRef& layout) const {
-  PlacementView p;
-  if (const ClusterLayout* cl = AsClusterLayout(layout)) {
-    p.chunk = cl->chunk;
-    p.holders = cl->holders.ToVector();
-    p.local = Holds(cl->chunk);
-  } else if (layout) {
-    p.local = true;  // written here, not yet published
-    p.holders.push_back(options_.node_id);
-  }
-  return p;
-}
-
-Status ClusterStore::SetDraining(uint16_t node, bool draining) {
-  if (node == 0) node = options_.node_id;
-  if (draining) return etcd_->Put(keys_.Drain(node), "1").status();
-  etcd::TxnRequest t;
-  t.success.push_back({etcd::TxnOp::Kind::kDelete, keys_.Drain(node), "", "", 0, 0});
-  return etcd_->Txn(t).status();
 }
 
 void ClusterStore::CheckRepairs() { repair_->RunOnce(); }

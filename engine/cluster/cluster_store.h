@@ -141,11 +141,13 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // suspect, so a healed partition is read from again within a second or two, not after
   // kSuspectFor.
   void ProbeSuspects();
-  // Pings each live node whose last request from this one failed and that no ping has found
-  // since (housekeeping, once a second), so that one this node cannot reach (its daemon gone
-  // while its lease lives, another node or no kvfs at its address, another secret) is named
-  // in .kvfs/nodes until it answers.
-  void RecheckFailing();
+  // Pings each live node (housekeeping, once a second) that joined, or whose last request from
+  // this one failed, and that no ping has found since, and each that no ping has found for
+  // kIdleCheck. So one this node cannot reach (its daemon gone or frozen while its lease
+  // lives, cut off, another node or no kvfs at its address, another secret) is named in
+  // .kvfs/nodes until it answers, and one that times out is suspect before a publish waits
+  // on it.
+  void CheckPeers();
   // Pings `nodes` (those not being pinged already) on the push pool; a node that answers is
   // no longer suspect. `ahead_of_a_read`: a read waits for it, so a node found again a
   // moment ago is pinged anyway, and its answer serves the reads waiting for it without
@@ -350,7 +352,7 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
     std::unique_ptr<PeerClient> client;
     std::unique_ptr<PeerCounters> counters;
     std::chrono::steady_clock::time_point suspect_until{};
-    bool probing = false;  // a ping of ProbeSuspects is under way
+    bool probing = false;  // a ping (Probe, CheckPeers) is under way
     // When a ping last ended a suspicion: a node suspected again soon after (it answers pings
     // but not requests, say a stuck disk) is not probed again; it waits out kSuspectFor.
     // Only a read with no other holder pings it meanwhile (ReadOrder), and asks it once it

@@ -199,7 +199,7 @@ void ClusterStore::RetryLeaves() {
   // Only while etcd answers: a leave that failed for want of etcd is tried again once it is
   // back (before, the node stayed on the list of a copy it did not have until the record
   // changed). One that etcd answers but refuses is given up after kLeaveTries.
-  if (leaves_to_retry_.empty() || !membership_->etcd_reachable()) return;
+  if (leaves_to_retry_.empty() || !membership_->etcd_reachable()) return;  // all would fail
   std::vector<LocalLoss> leaves;
   leaves.swap(leaves_to_retry_);
   for (LocalLoss& loss : leaves) {
@@ -221,20 +221,20 @@ bool ClusterStore::Leave(const LocalLoss& loss) {
         "cluster: record {:x} lists this node as a holder of chunk {}, which it does not "
         "have: leaving the list, so repair makes another copy",
         loss.record, Hex16(loss.chunk));
-    // Not while etcd is known unreachable: each try would hold this thread a timeout.
-    return membership_->etcd_reachable() &&
-           LeaveHolderList(loss.record, loss.chunk, "not held here");
+    return LeaveHolderList(loss.record, loss.chunk, "not held here");
   }
   const bool corrupt = loss.kind == LossKind::kCorrupt;
   spdlog::warn("cluster: the local copy of chunk {} is gone ({})", Hex16(loss.chunk),
                corrupt ? "corrupt" : "evicted");
   if (loss.record == kInvalidId) return true;  // no record named it yet
-  return membership_->etcd_reachable() &&
-         LeaveHolderList(loss.record, loss.chunk,
+  return LeaveHolderList(loss.record, loss.chunk,
                          corrupt ? "its local copy was corrupt" : "evicted here");
 }
 
 bool ClusterStore::LeaveHolderList(ObjectId record, uint64_t chunk, const char* why) {
+  // Not while etcd is known unreachable: each try would hold the caller a timeout. The caller
+  // keeps the leave for RetryLeaves.
+  if (!membership_->etcd_reachable()) return false;
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto rec = log_->ReadRecord(record);
     if (!rec.ok()) {

@@ -16,6 +16,10 @@ constexpr auto kSuspectFor = std::chrono::seconds(10);
 // How long a read whose holders are all suspect waits for their pings: a holder that resumed
 // answers within a round trip; one still frozen costs each such read this, not a timeout.
 constexpr auto kProbeWait = std::chrono::milliseconds(100);
+// A live peer that no ping has found for this long is pinged (CheckPeers): one that froze or
+// was cut off while no request went to it was found only by the next request, which waited a
+// timeout on it (a publish placing there), and kvfsctl nodes did not name it meanwhile.
+constexpr auto kIdleCheck = std::chrono::seconds(5);
 
 }  // namespace
 
@@ -185,24 +189,25 @@ void ClusterStore::NoteProbed(Peer& p, const Status& st) {
   }
 }
 
-void ClusterStore::RecheckFailing() {
-  std::vector<NodeId> failing;
+void ClusterStore::CheckPeers() {
+  std::vector<NodeId> due;
   {
     const auto now = std::chrono::steady_clock::now();
     std::lock_guard lock(peers_mu_);
     for (const auto& [node, p] : peers_) {
       // Suspects are ProbeSuspects' (a frozen node's ping holds a pool thread a timeout).
-      if (p.recheck && !p.probing && p.suspect_until <= now) failing.push_back(node);
+      if (node == options_.node_id || p.probing || p.suspect_until > now) continue;
+      if (p.recheck || now - p.answered_at >= kIdleCheck) due.push_back(node);
     }
   }
   // A node whose lease is gone is down already; its client stays for the reads that ask it
   // last, but nothing needs to know whether it answers.
-  std::erase_if(failing, [&](NodeId n) { return !membership_->IsLive(n); });
+  std::erase_if(due, [&](NodeId n) { return !membership_->IsLive(n); });
   {
     std::lock_guard lock(peers_mu_);
-    for (NodeId node : failing) peers_[node].probing = true;
+    for (NodeId node : due) peers_[node].probing = true;
   }
-  for (NodeId node : failing) {
+  for (NodeId node : due) {
     pushing_->Post([this, node] {
       PeerClient* client = Client(node);
       CallOptions call;

@@ -440,6 +440,44 @@ class ClusterMount(unittest.TestCase):
             c.wait_exists(2, f"fr{i}", VISIBLE_S)  # other nodes see a publish within a second
             self.assert_content(c, 2, f"fr{i}", f"fr{i}", 200_000)
 
+    def test_a_peer_frozen_while_idle_is_found_before_a_publish_waits_on_it(self):
+        # Node 3 freezes while no request goes to it, and its lease lives (60 s). Node 1 pings
+        # each peer that no ping has found for 5 s, so it names node 3 unanswering within
+        # seconds, and its publishes place no copy there. Before, only a request found it:
+        # kvfsctl nodes named nothing, and the first publish that ranked node 3 sent it a PUT
+        # and waited a timeout.
+        c = self.cluster(n=3, replicas=2, lease_ttl_s=60)
+        c.publish(3, "warm", chunk_bytes("warm", 1000))
+        c.wait_exists(1, "warm", VISIBLE_S)
+        self.assertEqual(self.read(c, 1, "warm"), chunk_bytes("warm", 1000))
+
+        def row():
+            return [n for n in c.nodes_json(1)["nodes"] if n["id"] == 3][0]
+
+        # Past the ping each node gets when it joins (within a second of it), which would find
+        # a node frozen that early.
+        time.sleep(2.0)
+        self.assertFalse(row()["unanswering"] or row()["unreachable"], row())
+        pid = c.node(3).pid
+        freeze(pid)
+        try:
+            wait_until(lambda: row()["unanswering"] and row()["unreachable"], 15.0, 0.2,
+                       what=f"node 1 finds node 3 frozen with no request to it ({row()})")
+            r = c.kvfsctl("nodes", c.path(1))
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("node 3 is up but let a request from this node time out", r.stderr)
+            puts = row()["puts_sent"]
+            for i in range(8):
+                c.publish(1, f"idle{i}", chunk_bytes(f"idle{i}", 100_000))
+                self.assertEqual(sorted(holder_ids(c.location(1, f"idle{i}"))), [1, 2])
+            self.assertEqual(row()["puts_sent"], puts, "a PUT went to the frozen node")
+            self.assertEqual(c.node_states(1)[3], "up")  # its lease lives on
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: not row()["unanswering"] and not row()["unreachable"], 15.0, 0.2,
+                   what=f"node 1 finds node 3 again ({row()})")
+        self.assertEqual(c.kvfsctl("nodes", c.path(1)).returncode, 0)
+
     def test_the_harness_cleanup_stops_every_node_when_keeping_logs_fails(self):
         # KVFS_TEST_KEEP_LOGS naming a directory that cannot be made used to skip every node's
         # stop: the daemons ran on, mounted, after the test (found with 36 leftover mounts).
