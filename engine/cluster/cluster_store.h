@@ -136,6 +136,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // Whether `node` let a request time out within kSuspectFor and no ping has found it since
   // (reads skip it but for ReadOrder's `demanded` ones, placement leaves it out).
   bool IsSuspect(NodeId node) const;
+  // Whether placement may send `node` a copy: it is not suspect, and no ping of it failed since
+  // the last one it answered (a refused connection, another secret, another node there).
+  bool Placeable(NodeId node) const;
   void NoteFailure(NodeId node, const Status& st);
   // Pings each suspect node (housekeeping, once a second); one that answers is no longer
   // suspect, so a healed partition is read from again within a second or two, not after

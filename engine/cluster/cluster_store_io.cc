@@ -179,7 +179,9 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
   // A node that timed out a moment ago (frozen, cut off, before its lease runs out) is left
   // out until a ping finds it again: one publish paid that timeout, the next ones do not, even
   // when the others are too few for R copies (repair adds the missing ones once it answers;
-  // tried, it cost every publish a timeout for as long as it was cut off).
+  // tried, it cost every publish a timeout for as long as it was cut off). So is one whose
+  // ping failed (its daemon died before its lease ran out: every publish that ranked it
+  // tried a connection, was refused and logged it, until the lease ended).
   std::vector<NodeId> candidates;
   for (NodeId n : ranked) {
     if (n == self) {
@@ -189,7 +191,7 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
       }
       continue;
     }
-    if (!IsSuspect(n)) candidates.push_back(n);
+    if (Placeable(n)) candidates.push_back(n);
   }
   size_t next = 0;
   std::vector<NodeId> placed;

@@ -112,6 +112,13 @@ bool ClusterStore::IsSuspect(NodeId node) const {
   return it != peers_.end() && it->second.suspect_until > now;
 }
 
+bool ClusterStore::Placeable(NodeId node) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(node);
+  return it == peers_.end() || (it->second.suspect_until <= now && it->second.unreachable.empty());
+}
+
 std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders, bool demanded) {
   std::vector<NodeId> good, down, suspect;
   for (NodeId n : holders) {

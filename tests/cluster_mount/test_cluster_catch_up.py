@@ -596,6 +596,16 @@ class CatchUp(ClusterEtcdCase):
         self.assertEqual(c.node_states(1)[2], "up")  # its lease lives on
         wait_until(lambda: named("refused"), VISIBLE_S,
                    what=f"kvfsctl nodes names node 2, whose daemon is gone ({unreachable()!r})")
+        # Named, it gets no more PUTs until a ping finds it (before, every publish tried it,
+        # was refused and logged it, until its lease ended).
+        puts = [n for n in c.nodes_json(1)["nodes"] if n["id"] == 2][0]["puts_sent"]
+        for i in range(3, 6):
+            rel = f"u/f{i}"
+            files[rel] = chunk_bytes(f"unreach{i}", 80_000 + i)
+            c.publish(1, rel, files[rel])
+            self.assertEqual([h["id"] for h in c.location(1, rel)["holders"]], [1])
+        self.assertEqual([n for n in c.nodes_json(1)["nodes"] if n["id"] == 2][0]["puts_sent"],
+                         puts, "a PUT went to node 2 after its ping had failed")
 
         c.set_secret(2, b"not the cluster's secret")
         c.restart(2)
