@@ -376,7 +376,9 @@ Status Namespace::PublishLocked(WriteSession& s, uint64_t ino) {
       // it touches for a reset (the times the writes moved, a name etcd never had).
       batch.refused_up_front = in->linked && !store_->CheckWritable().ok();
       if (!batch.refused_up_front) SetLayout(in, layout);
-      in->rec.ctime = Now();
+      // No time moves here: the writes, truncates and fallocates moved mtime and ctime as they
+      // came, and close(2) moves neither (on ext4 neither does; ctime moved at every publish
+      // before, so after `write; close` it was later than mtime).
       in->rec.mode &= ~s.setid_dropped.load();
       // An unlinked file publishes nowhere: its holders keep their own view until they close
       // (also when another node's unlink, or rename over it, came first).

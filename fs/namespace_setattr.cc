@@ -13,6 +13,8 @@ Result<EntryInfo> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req, Fi
 
 Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
   if (fh && fh->ino != ino) fh = nullptr;
+  // One time for every time this change moves (ext4's are equal after a truncate too).
+  const Timespec64 now = Now();
   // A size change goes to the open writer when there is one; on a closed file it publishes a
   // new version at once (a truncate has no close to wait for).
   std::shared_ptr<WriteSession> session;
@@ -41,7 +43,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     session->closed = after_close;  // published below: still nothing private
     {
       std::lock_guard lock(mu_);  // under the session's lock, as Write sets it
-      if (Inode* in = Find(ino)) in->rec.mtime = Now();
+      if (Inode* in = Find(ino)) in->rec.mtime = now;
     }
     if (after_close) KVFS_RETURN_IF_ERROR(PublishLocked(*session, ino));
   } else if (req.size && !same_size) {
@@ -56,7 +58,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
       Inode* in = Find(ino);
       if (!in) return Status::NotFound("no such inode");
       SetLayout(in, layout);
-      in->rec.mtime = in->rec.ctime = Now();
+      in->rec.mtime = in->rec.ctime = now;
       if (in->linked) {
         NameLedger names;
         NoteNames(names, in);
@@ -78,7 +80,6 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     std::lock_guard lock(mu_);
     Inode* in = Find(ino);
     if (!in) return Status::NotFound("no such inode");
-    Timespec64 now = Now();
     bool changed = false;
     if (req.mode) {
       in->rec.mode = *req.mode & 07777, changed = true;

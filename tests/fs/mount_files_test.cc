@@ -238,6 +238,42 @@ TEST_F(FilesTest, TruncatesThatKeepTheSizeStillMoveMtime) {
   check("after a restart");
 }
 
+TEST_F(FilesTest, CloseMovesNoTimes) {
+  // The write moves mtime and ctime; the close that publishes it moves neither, as on ext4
+  // (ctime moved at every publish, so it ended later than mtime). A truncate alone the same.
+  int fd = open(P("ct").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(write(fd, "abc", 3), 3);
+  struct stat before;
+  ASSERT_EQ(fstat(fd, &before), 0);
+  EXPECT_EQ(before.st_ctim.tv_sec, before.st_mtim.tv_sec);
+  EXPECT_EQ(before.st_ctim.tv_nsec, before.st_mtim.tv_nsec);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later close would show
+  ASSERT_EQ(close(fd), 0);
+  WaitNoOpenFiles();
+  struct stat after;
+  ASSERT_EQ(stat(P("ct").c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, 3);
+  EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(after.st_ctim.tv_sec, before.st_ctim.tv_sec);
+  EXPECT_EQ(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec);
+
+  fd = open(P("ct").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(ftruncate(fd, 1), 0);
+  ASSERT_EQ(fstat(fd, &before), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(close(fd), 0);
+  WaitNoOpenFiles();
+  ASSERT_EQ(stat(P("ct").c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, 1);
+  EXPECT_EQ(after.st_ctim.tv_sec, before.st_ctim.tv_sec);
+  EXPECT_EQ(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec);
+  EXPECT_EQ(after.st_ctim.tv_sec, after.st_mtim.tv_sec);
+  EXPECT_EQ(after.st_ctim.tv_nsec, after.st_mtim.tv_nsec);
+}
+
 TEST_F(FilesTest, FallocateExtendsOrSaysUnsupported) {
   int fd = open(P("fa").c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
