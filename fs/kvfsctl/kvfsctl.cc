@@ -276,6 +276,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A misspelt command got CLI11's "A subcommand is required": name it and the commands.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::string known;
+      bool found = false;
+      for (const CLI::App* sub : app.get_subcommands(nullptr)) {
+        found = found || sub->get_name() == argv[1];
+        known += (known.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (!found) {
+        std::fprintf(stderr, "kvfsctl: no command '%s' (commands: %s; see kvfsctl --help)\n",
+                     argv[1], known.c_str());
+        return 2;
+      }
+    }
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }

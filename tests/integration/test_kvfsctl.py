@@ -222,6 +222,12 @@ class ExitStatus(KvfsctlTestCase):
                      ["nosuchcommand"]):
             with self.subTest(args=args):
                 self.assertEqual(run([self.ctl, *args]).returncode, 2)
+        # A misspelt command is named, with the commands there are (CLI11 alone said "A
+        # subcommand is required", as if none had been given).
+        r = run([self.ctl, "staus", self.m.mnt])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no command 'staus'", r.stderr)
+        self.assertIn("status, stat, verify", r.stderr)
 
     def test_malformed_token_file_is_1(self):
         for text in ("1 2 -3", "1 two 3", "[1, 2.5]", "[1, -1]", "4294967296", "[1, 2"):
