@@ -457,7 +457,8 @@ class ClusterMount(unittest.TestCase):
         # Past the ping each node gets when it joins (within a second of it), which would find
         # a node frozen that early.
         time.sleep(2.0)
-        self.assertFalse(row()["unanswering"] or row()["unreachable"], row())
+        wait_until(lambda: not row()["unanswering"] and not row()["unreachable"], 15.0, 0.2,
+                   what=f"node 1 reaches node 3 before the freeze ({row()})")
         pid = c.node(3).pid
         freeze(pid)
         try:
