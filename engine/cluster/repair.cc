@@ -145,8 +145,10 @@ void Repairer::RunOnce() {
     for (NodeId n : item.holders) good += std::count(targets.begin(), targets.end(), n);
     NodeId target = 0;
     if (good < R) {
+      // Not to a node that placement leaves out (frozen, cut off, or its ping failed): each
+      // such copy held this pass a timeout, or was refused, for as long as its lease lived.
       for (NodeId n : RendezvousPlacement::Rank(RankKey(item.chunk), targets)) {
-        if (!item.holders.Contains(n)) {
+        if (!item.holders.Contains(n) && s.Placeable(n)) {
           target = n;
           break;
         }
