@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -139,6 +140,9 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // Whether placement may send `node` a copy: it is not suspect, and no ping of it failed since
   // the last one it answered (a refused connection, another secret, another node there).
   bool Placeable(NodeId node) const;
+  // The nodes of `targets` a copy of `chunk` may go to, best first: the rendezvous ranking
+  // less those placement leaves out (Placeable). Publishes and repair both take copies from it.
+  std::vector<NodeId> CopyOrder(uint64_t chunk, std::span<const NodeId> targets) const;
   void NoteFailure(NodeId node, const Status& st);
   // Pings each suspect node (housekeeping, once a second); one that answers is no longer
   // suspect, so a healed partition is read from again within a second or two, not after
@@ -151,6 +155,8 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // .kvfs/nodes until it answers, and one that times out is suspect before a publish waits
   // on it.
   void CheckPeers();
+  // One ping of `client` (Client(node)) with the request timeout; EHOSTUNREACH for none.
+  Status Ping(PeerClient* client) const;
   // Pings `nodes` (those not being pinged already) on the push pool; a node that answers is
   // no longer suspect. `ahead_of_a_read`: a read waits for it, so a node found again a
   // moment ago is pinged anyway, and its answer serves the reads waiting for it without

@@ -11,7 +11,6 @@
 #include "local_first_reader.h"
 #include "peer_reader.h"
 #include "remote_base_writer.h"
-#include "rendezvous_placement.h"
 #include "repair.h"
 #include "task_pool.h"
 
@@ -19,10 +18,6 @@ namespace kvfs::cluster {
 namespace {
 
 constexpr size_t kMaxGet = 16u << 20;  // one GET of a one-shot Read
-
-std::string RankKey(uint64_t chunk) {
-  return std::string(reinterpret_cast<const char*>(&chunk), sizeof chunk);
-}
 
 // A fresh local version: an engine layout (not yet a chunk of the cluster).
 bool IsFresh(const ObjectRecord& rec) {
@@ -166,8 +161,7 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
   const uint64_t chunk = NewId();
   KVFS_RETURN_IF_ERROR(Hold(chunk, fresh, 0));
   const NodeId self = options_.node_id;
-  std::vector<NodeId> targets = membership_->PlacementTargets();
-  std::vector<NodeId> ranked = RendezvousPlacement::Rank(RankKey(chunk), targets);
+  const std::vector<NodeId> ranked = CopyOrder(chunk, membership_->PlacementTargets());
   const bool local_first = options_.keep_local_copy;
   size_t wanted = options_.replicas;
   HolderList holders;
@@ -176,12 +170,13 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
     --wanted;
   }
   // The ranked nodes in order, each PUT in parallel; a failure moves on to the next candidate.
-  // A node that timed out a moment ago (frozen, cut off, before its lease runs out) is left
-  // out until a ping finds it again: one publish paid that timeout, the next ones do not, even
-  // when the others are too few for R copies (repair adds the missing ones once it answers;
-  // tried, it cost every publish a timeout for as long as it was cut off). So is one whose
-  // ping failed (its daemon died before its lease ran out: every publish that ranked it
-  // tried a connection, was refused and logged it, until the lease ended).
+  // CopyOrder leaves out a node that placement may not use. A node that timed out a moment ago
+  // (frozen, cut off, before its lease runs out) is left out until a ping finds it again: one
+  // publish paid that timeout, the next ones do not, even when the others are too few for R copies
+  // (repair adds the missing ones once it answers; tried, it cost every publish a timeout for as
+  // long as it was cut off). So is one whose ping failed (its daemon died before its lease ran out:
+  // every publish that ranked it tried a connection, was refused and logged it, until the lease
+  // ended).
   std::vector<NodeId> candidates;
   for (NodeId n : ranked) {
     if (n == self) {
@@ -191,7 +186,7 @@ Result<LayoutRef> ClusterStore::PlaceChunk(const LayoutRef& fresh) {
       }
       continue;
     }
-    if (Placeable(n)) candidates.push_back(n);
+    candidates.push_back(n);
   }
   size_t next = 0;
   std::vector<NodeId> placed;

@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <span>
 
 #include "cluster_store.h"
+#include "rendezvous_placement.h"
 #include "task_pool.h"
 
 namespace kvfs::cluster {
@@ -119,6 +121,12 @@ bool ClusterStore::Placeable(NodeId node) const {
   return it == peers_.end() || (it->second.suspect_until <= now && it->second.unreachable.empty());
 }
 
+std::vector<NodeId> ClusterStore::CopyOrder(uint64_t chunk, std::span<const NodeId> targets) const {
+  std::vector<NodeId> ranked = RendezvousPlacement::RankChunk(chunk, targets);
+  std::erase_if(ranked, [this](NodeId n) { return !Placeable(n); });
+  return ranked;
+}
+
 std::vector<NodeId> ClusterStore::ReadOrder(const HolderList& holders, bool demanded) {
   std::vector<NodeId> good, down, suspect;
   for (NodeId n : holders) {
@@ -196,6 +204,15 @@ void ClusterStore::NoteProbed(Peer& p, const Status& st) {
   }
 }
 
+Status ClusterStore::Ping(PeerClient* client) const {
+  if (client == nullptr) {
+    return Status::Error(EHOSTUNREACH, "not a member, or no client for its registered address");
+  }
+  CallOptions call;
+  call.timeout = options_.request_timeout;
+  return client->Ping(call);
+}
+
 void ClusterStore::CheckPeers() {
   std::vector<NodeId> due;
   {
@@ -217,10 +234,7 @@ void ClusterStore::CheckPeers() {
   for (NodeId node : due) {
     pushing_->Post([this, node] {
       PeerClient* client = Client(node);
-      CallOptions call;
-      call.timeout = options_.request_timeout;
-      Status st = client ? client->Ping(call)
-                         : Status::Error(EHOSTUNREACH, "no client for its registered address");
+      const Status st = Ping(client);
       if (!st.ok()) NoteFailure(node, st);  // a timeout makes it suspect (ProbeSuspects')
       bool was_unreachable;
       {
@@ -257,9 +271,7 @@ void ClusterStore::Probe(const std::vector<NodeId>& nodes, bool ahead_of_a_read)
     // On the push pool: a ping of a cut-off node waits a whole request timeout.
     pushing_->Post([this, node, clears] {
       PeerClient* client = Client(node);
-      CallOptions call;
-      call.timeout = options_.request_timeout;
-      Status st = client ? client->Ping(call) : Status::Error(EHOSTUNREACH, "not a member");
+      const Status st = Ping(client);
       {
         std::lock_guard lock(peers_mu_);
         Peer& p = peers_[node];

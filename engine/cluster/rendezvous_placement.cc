@@ -35,4 +35,10 @@ std::vector<NodeId> RendezvousPlacement::Rank(std::string_view key, std::span<co
   return out;
 }
 
+std::vector<NodeId> RendezvousPlacement::RankChunk(uint64_t chunk, std::span<const NodeId> nodes) {
+  // The id's bytes in this machine's order, as every release has ranked them: a change would
+  // move every chunk's ranking (x86 and arm64 alike are little-endian).
+  return Rank(std::string_view(reinterpret_cast<const char*>(&chunk), sizeof chunk), nodes);
+}
+
 }  // namespace kvfs::cluster

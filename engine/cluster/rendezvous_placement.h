@@ -19,6 +19,8 @@ class RendezvousPlacement {
   static uint64_t Score(NodeId node, std::string_view key);
   // `nodes` ordered by descending score for `key` (ties, which need a 64-bit collision, by id).
   static std::vector<NodeId> Rank(std::string_view key, std::span<const NodeId> nodes);
+  // The ranking of a cluster chunk id (its 8 bytes as the key).
+  static std::vector<NodeId> RankChunk(uint64_t chunk, std::span<const NodeId> nodes);
 };
 
 }  // namespace kvfs::cluster

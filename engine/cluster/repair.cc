@@ -7,17 +7,12 @@
 #include <vector>
 
 #include "cluster_store.h"
-#include "rendezvous_placement.h"
 
 namespace kvfs::cluster {
 namespace {
 
 constexpr auto kPassEvery = std::chrono::seconds(10);
 constexpr auto kUnnamedFor = std::chrono::minutes(10);  // then a held chunk nobody names goes
-
-std::string RankKey(uint64_t chunk) {
-  return std::string(reinterpret_cast<const char*>(&chunk), sizeof chunk);
-}
 
 }  // namespace
 
@@ -147,8 +142,8 @@ void Repairer::RunOnce() {
     if (good < R) {
       // Not to a node that placement leaves out (frozen, cut off, or its ping failed): each
       // such copy held this pass a timeout, or was refused, for as long as its lease lived.
-      for (NodeId n : RendezvousPlacement::Rank(RankKey(item.chunk), targets)) {
-        if (!item.holders.Contains(n) && s.Placeable(n)) {
+      for (NodeId n : s.CopyOrder(item.chunk, targets)) {
+        if (!item.holders.Contains(n)) {
           target = n;
           break;
         }

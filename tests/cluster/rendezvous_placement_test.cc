@@ -63,5 +63,16 @@ TEST(RendezvousPlacement, LeaveKeepsTheRelativeOrderOfTheRest) {
   }
 }
 
+// Every node of a cluster must rank a chunk alike, across releases too: the key is the chunk
+// id's 8 bytes, least significant first.
+TEST(RendezvousPlacement, AChunkIsRankedByItsIdsLittleEndianBytes) {
+  const std::vector<NodeId> nodes{1, 2, 3, 4, 5, 6, 7, 8};
+  for (uint64_t chunk : {uint64_t{1}, uint64_t{0x0102030405060708}, ~uint64_t{0}}) {
+    std::string key;
+    for (int i = 0; i < 8; ++i) key.push_back(static_cast<char>((chunk >> (8 * i)) & 0xff));
+    EXPECT_EQ(RendezvousPlacement::RankChunk(chunk, nodes), RendezvousPlacement::Rank(key, nodes));
+  }
+}
+
 }  // namespace
 }  // namespace kvfs::cluster
