@@ -22,36 +22,39 @@ constexpr uint32_t kBlockVersion = 2;                         // checksummed blo
 constexpr size_t kHeaderSize = 64;
 constexpr size_t kBlockHeaderSize = 32;
 
-void AppendBlock(std::string* file, uint32_t count, const std::string& body) {
+// A block's checksums are seeded with its checkpoint's first journal: a block of another
+// generation (a stale sector, a misdirected write) does not verify in this one.
+void AppendBlock(std::string* file, uint64_t seed, uint32_t count, const std::string& body) {
   std::string header;
   ByteWriter w(&header);
   w.U64(kBlockMagic);
   w.U32(count);
   w.U32(static_cast<uint32_t>(body.size()));
-  w.U64(XXH3_64bits(body.data(), body.size()));
-  w.U64(XXH3_64bits(header.data(), header.size()));
+  w.U64(XXH3_64bits_withSeed(body.data(), body.size(), seed));
+  w.U64(XXH3_64bits_withSeed(header.data(), header.size(), seed));
   *file += header;
   *file += body;
 }
 
 // The block at `at` when its header verifies: its record count and body length.
-bool ReadBlockHeader(const std::string& data, size_t at, uint32_t* count, uint32_t* length) {
+bool ReadBlockHeader(const std::string& data, uint64_t seed, size_t at, uint32_t* count,
+                     uint32_t* length) {
   if (data.size() - at < kBlockHeaderSize) return false;
   ByteReader r(data.data() + at, kBlockHeaderSize);
   if (r.U64() != kBlockMagic) return false;
   *count = r.U32();
   *length = r.U32();
   r.U64();
-  if (r.U64() != XXH3_64bits(data.data() + at, kBlockHeaderSize - 8)) return false;
+  if (r.U64() != XXH3_64bits_withSeed(data.data() + at, kBlockHeaderSize - 8, seed)) return false;
   return *length <= data.size() - at - kBlockHeaderSize;
 }
 
 // Decodes the records of the body at [begin, begin + length) when it verifies.
-bool DecodeBlock(const std::string& data, size_t at, uint32_t count, uint32_t length,
+bool DecodeBlock(const std::string& data, uint64_t seed, size_t at, uint32_t count, uint32_t length,
                  std::vector<DecodedRecord>* out) {
   const char* body = data.data() + at + kBlockHeaderSize;
   ByteReader h(data.data() + at + 16, 8);
-  if (h.U64() != XXH3_64bits(body, length)) return false;
+  if (h.U64() != XXH3_64bits_withSeed(body, length, seed)) return false;
   if (count > length) return false;
   ByteReader r(body, length);
   const size_t before = out->size();
@@ -70,14 +73,15 @@ bool DecodeBlock(const std::string& data, size_t at, uint32_t count, uint32_t le
 // Version 2's payload: every block that verifies. A damaged body is skipped by its header's
 // length; a damaged header by a search for the next block magic whose header verifies.
 void LoadBlocks(const std::string& data, uint64_t count, CheckpointData* out) {
+  const uint64_t seed = out->first_journal;
   size_t at = kHeaderSize;
   const std::string_view magic(reinterpret_cast<const char*>(&kBlockMagic), 8);
   static_assert(std::endian::native == std::endian::little);
   while (at < data.size()) {
     uint32_t n = 0;
     uint32_t length = 0;
-    if (ReadBlockHeader(data, at, &n, &length)) {
-      if (!DecodeBlock(data, at, n, length, &out->records)) {
+    if (ReadBlockHeader(data, seed, at, &n, &length)) {
+      if (!DecodeBlock(data, seed, at, n, length, &out->records)) {
         if (out->damaged_bytes == 0) out->first_damage = at;
         out->damaged_bytes += kBlockHeaderSize + length;
       }
@@ -88,7 +92,7 @@ void LoadBlocks(const std::string& data, uint64_t count, CheckpointData* out) {
     uint32_t unused_n = 0;
     uint32_t unused_length = 0;
     while (next != std::string_view::npos &&
-           !ReadBlockHeader(data, next, &unused_n, &unused_length)) {
+           !ReadBlockHeader(data, seed, next, &unused_n, &unused_length)) {
       next = std::string_view(data).find(magic, next + 1);
     }
     if (next == std::string_view::npos) next = data.size();
@@ -185,14 +189,14 @@ std::string Checkpoint::Encode(uint64_t first_journal, uint64_t next_id,
     RecordCodec::EncodeRecord(rec, bw);
     ++in_body;
     if (body.size() >= kBlockBytes) {
-      AppendBlock(&file, in_body, body);
+      AppendBlock(&file, first_journal, in_body, body);
       ++blocks;
       body.clear();
       in_body = 0;
     }
   }
   if (in_body > 0) {
-    AppendBlock(&file, in_body, body);
+    AppendBlock(&file, first_journal, in_body, body);
     ++blocks;
   }
   std::string header;

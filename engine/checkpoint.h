@@ -5,7 +5,8 @@
 //     u64 xxh3(header so far)
 //   payload: blocks of whole records, each
 //     u64 block magic | u32 record count | u32 body length | u64 xxh3(body) |
-//     u64 xxh3(block header so far) | body (records, about kBlockBytes)
+//     u64 xxh3(block header so far) | body (records, about kBlockBytes); both sums seeded with
+//     the first journal, so a block of another generation does not verify here
 // Each block verifies on its own, so a flipped bit costs the records of one block, not the
 // whole checkpoint; a block whose header is damaged is stepped over by finding the next block
 // magic. Version 1 (one checksum over the whole payload) is still read.
