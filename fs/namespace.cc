@@ -428,6 +428,7 @@ Result<std::string> Namespace::Readlink(uint64_t ino) {
   Inode* in = Find(ino);
   if (!in) return Status::NotFound("no such inode");
   if (in->rec.type != ObjectType::kSymlink) return Status::Invalid("not a symlink");
+  TouchAtime(in);  // POSIX: reading a link marks its atime, as a read of a file does
   return in->rec.symlink_target();
 }
 
@@ -436,6 +437,7 @@ Status Namespace::Readdir(
     const std::function<bool(const std::string&, uint64_t, uint32_t, uint64_t)>& emit) {
   std::lock_guard lock(mu_);
   KVFS_ASSIGN_OR_RETURN(Inode * dir, FindDir(ino));
+  TouchAtime(dir);  // POSIX: readdir marks the directory's atime (at most once a second)
   if (offset < 1 && !emit(".", dir->rec.id, S_IFDIR, 1)) return Status::Ok();
   if (offset < 2 && !emit("..", dir->rec.parent, S_IFDIR, 2)) return Status::Ok();
   std::string name;  // one buffer for the whole reply
