@@ -17,10 +17,13 @@
 // Also the RequestHandler peers talk to: GET and PUT of chunks by id, STATS.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -286,7 +289,10 @@ class ClusterStore final : public ChunkStore, public RequestHandler {
   // read or written, or the record changed under every try.
   bool LeaveHolderList(ObjectId record, uint64_t chunk, const char* why);
   void MembershipChanged();
-  Result<size_t> ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out, size_t len);
+  // Reads [offset, offset + len) of a chunk this node does not hold through a PeerReader and
+  // hands each span to `take` with its offset, in order.
+  Status ReadRemote(const ClusterLayout& layout, uint64_t offset, uint64_t len,
+                    const std::function<Status(uint64_t, const iovec&)>& take);
   // A local writer started from a copy of `base` (a cluster layout this node may not hold).
   Result<std::unique_ptr<ChunkWriter>> CopyRemoteBase(const LayoutRef& base);
 

@@ -17,7 +17,9 @@
 namespace kvfs::cluster {
 namespace {
 
-constexpr size_t kMaxGet = 16u << 20;  // one GET of a one-shot Read
+// Bytes asked of a PeerReader at a time when a whole chunk is copied or checked: its pieces
+// ahead of that (PeerReader::kAhead) keep the GETs flowing.
+constexpr size_t kCopyStep = 8u << 20;
 
 // A fresh local version: an engine layout (not yet a chunk of the cluster).
 bool IsFresh(const ObjectRecord& rec) {
@@ -292,13 +294,9 @@ Result<std::unique_ptr<ChunkWriter>> ClusterStore::CopyRemoteBase(const LayoutRe
   const ClusterLayout* cl = AsClusterLayout(base);
   if (LayoutRef held = HeldLayout(cl->chunk)) return local_->NewWriter(std::move(held));
   KVFS_ASSIGN_OR_RETURN(std::unique_ptr<ChunkWriter> copy, local_->NewWriter(nullptr));
-  std::vector<uint8_t> buf(std::min<uint64_t>(cl->size, kMaxGet));
-  for (uint64_t off = 0; off < cl->size;) {
-    KVFS_ASSIGN_OR_RETURN(size_t n, ReadRemote(*cl, off, buf.data(), buf.size()));
-    if (n == 0) return Status::IoError("short read of a remote base");
-    KVFS_RETURN_IF_ERROR(copy->Write(off, buf.data(), n));
-    off += n;
-  }
+  KVFS_RETURN_IF_ERROR(ReadRemote(*cl, 0, cl->size, [&](uint64_t off, const iovec& span) {
+    return copy->Write(off, span.iov_base, span.iov_len);
+  }));
   KVFS_ASSIGN_OR_RETURN(LayoutRef copied, copy->Finish());
   return local_->NewWriter(std::move(copied));
 }
@@ -309,7 +307,11 @@ Result<size_t> ClusterStore::Read(const LayoutRef& layout, uint64_t offset, void
   if (LayoutRef held = HeldLayout(cl->chunk)) return local_->Read(held, offset, out, len);
   if (offset >= cl->size) return size_t{0};
   len = static_cast<size_t>(std::min<uint64_t>(len, cl->size - offset));
-  return ReadRemote(*cl, offset, static_cast<uint8_t*>(out), len);
+  KVFS_RETURN_IF_ERROR(ReadRemote(*cl, offset, len, [&](uint64_t off, const iovec& span) {
+    std::memcpy(static_cast<uint8_t*>(out) + (off - offset), span.iov_base, span.iov_len);
+    return Status::Ok();
+  }));
+  return len;
 }
 
 Result<uint64_t> ClusterStore::ContentChecksum(const LayoutRef& layout) const {
@@ -338,50 +340,34 @@ Status UnreadableChunk(uint64_t chunk, const Status& last) {
                          last.ToString() + ")");
 }
 
-Result<size_t> ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t offset, uint8_t* out,
-                                        size_t len) {
-  Status last = Status::IoError("chunk " + Hex16(layout.chunk) + " has no reachable holder");
-  size_t done = 0;
-  for (NodeId n : ReadOrder(layout.holders, /*demanded=*/true)) {
-    PeerClient* client = Client(n);
-    if (client == nullptr) continue;
-    CallOptions call;
-    call.timeout = options_.request_timeout;
-    call.split = true;  // one GET at a time: its halves overlap on the serving node
-    bool failed = false;
-    while (done < len) {
-      wire::GetRequest req;
-      req.key = ChunkName(layout.chunk);
-      req.offset = offset + done;
-      req.length = std::min(len - done, kMaxGet);
-      if (PeerCounters* c = CountersFor(n)) ++c->gets_sent;
-      auto r = client->Get(req, std::span<uint8_t>(out + done, req.length), call);
-      if (!r.ok()) {
-        last = r.status();
-        NoteFailure(n, last);
-        failed = true;
-        break;
-      }
-      if (r->length == 0) break;
-      done += r->length;
+Status ClusterStore::ReadRemote(const ClusterLayout& layout, uint64_t offset, uint64_t len,
+                                const std::function<Status(uint64_t, const iovec&)>& take) {
+  // Through the reader the fs uses: pieces fetched ahead, a slow holder hedged, a failed one
+  // left for the next.
+  PeerReader reader(this, &FetchPool(), layout.chunk, layout.size, layout.holders);
+  const uint64_t end = offset + len;
+  for (uint64_t off = offset; off < end;) {
+    KVFS_ASSIGN_OR_RETURN(
+        ReadView view,
+        reader.Read(off, static_cast<size_t>(std::min<uint64_t>(end - off, kCopyStep))));
+    if (view.size == 0) {
+      return Status::IoError("chunk " + Hex16(layout.chunk) + " ends at " + std::to_string(off) +
+                             ", before the " + std::to_string(layout.size) + " bytes it has");
     }
-    if (!failed) return done;
+    for (const iovec& span : view.spans) {
+      KVFS_RETURN_IF_ERROR(take(off, span));
+      off += span.iov_len;
+    }
   }
-  return UnreadableChunk(layout.chunk, last);
+  return Status::Ok();
 }
 
 Status ClusterStore::Verify(const LayoutRef& layout) {
   const ClusterLayout* cl = AsClusterLayout(layout);
   if (!cl) return local_->Verify(layout);
   if (LayoutRef held = HeldLayout(cl->chunk)) return local_->Verify(held);
-  // No local copy: every byte from a holder (the transport checks a CRC end to end).
-  std::vector<uint8_t> buf(std::min<uint64_t>(cl->size, kMaxGet));
-  for (uint64_t off = 0; off < cl->size;) {
-    KVFS_ASSIGN_OR_RETURN(size_t n, ReadRemote(*cl, off, buf.data(), buf.size()));
-    if (n == 0) return Status::IoError("chunk " + Hex16(cl->chunk) + " ends early");
-    off += n;
-  }
-  return Status::Ok();
+  // No local copy: every byte from a holder, each piece checked against its checksum.
+  return ReadRemote(*cl, 0, cl->size, [](uint64_t, const iovec&) { return Status::Ok(); });
 }
 
 void ClusterStore::Touch(ObjectId id, uint64_t stream) {

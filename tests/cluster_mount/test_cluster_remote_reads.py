@@ -210,6 +210,25 @@ class ClusterRemoteReads(unittest.TestCase):
                 self.assertLess(r["read_seconds"], timeout_s / 2, name)
             (row,) = [n for n in c.nodes_json(3)["nodes"] if n["id"] == frozen]
             self.assertGreater(row["hedged_around"], 0, row)
+            # kvfsctl verify and the copy of the old bytes for a write in place read the
+            # same way (before, each waited the whole timeout on the frozen holder).
+            t0 = time.monotonic()
+            r = c.kvfsctl("verify", *[c.path(3, name) for name in files], timeout=timeout_s * 3)
+            verify_s = time.monotonic() - t0
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertLess(verify_s, timeout_s / 2, r.stdout)
+            name, data = next(iter(files.items()))
+            fd = os.open(c.path(3, name), os.O_WRONLY)
+            try:
+                t0 = time.monotonic()
+                os.pwrite(fd, b"X", 5 << 20)
+                write_s = time.monotonic() - t0
+            finally:
+                os.kill(pid, signal.SIGCONT)  # the publish at close may place on it
+                os.close(fd)
+            self.assertLess(write_s, timeout_s / 2)
+            with open(c.path(3, name), "rb") as f:
+                self.assertTrue(f.read() == data[: 5 << 20] + b"X" + data[(5 << 20) + 1 :])
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertTrue(c.node(frozen).running())
