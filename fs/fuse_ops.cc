@@ -153,6 +153,10 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     r.mtime_value = {attr->st_mtim.tv_sec, attr->st_mtim.tv_nsec};
   }
   if (r.size) r.who = CallerOf(req);
+  constexpr int kSets = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+                        FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                        FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+  r.touch = (to_set & kSets) == 0;
   FileHandle* fh = fi ? HandleOf<FileHandle>(fi) : nullptr;
   auto e = c.ns->SetAttr(ino, r, fh);
   if (!e.ok()) return ReplyStatus(req, e.status());

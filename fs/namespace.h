@@ -135,6 +135,9 @@ struct SetAttrRequest {
   Time atime = Time::kKeep, mtime = Time::kKeep;
   Timespec64 atime_value, mtime_value;
   Caller who;  // for a size change (see Caller)
+  // Nothing to set, as `chown(f, -1, -1)` sends: only ctime moves, as on ext4 and tmpfs
+  // (POSIX allows either).
+  bool touch = false;
 };
 
 // lookups/hits/misses: the LOOKUP requests kvfs answered (the kernel answers repeats from its

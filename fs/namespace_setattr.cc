@@ -100,6 +100,7 @@ Result<EntryInfo> Namespace::SetAttrOnce(uint64_t ino, const SetAttrRequest& req
     // truncate(2)'s: one that changes no size still moves mtime, as open(2) requires of
     // O_TRUNC and as ext4 does for both (`: > empty` and `touch` agree).
     if (same_size) in->rec.mtime = now, changed = true;
+    if (req.touch) changed = true;
     if (req.size) {
       if (uint32_t drop = SetIdBitsDropped(in->rec.mode, in->rec.gid, req.who)) {
         in->rec.mode &= ~drop;

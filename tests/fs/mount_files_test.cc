@@ -438,6 +438,24 @@ TEST_F(FilesTest, ReaddirAndReadlinkMoveAtime) {
   }
 }
 
+// chown(f, -1, -1) changes nothing but ctime, as on ext4 (the kernel sends a SETATTR that
+// sets nothing). Before, ctime stayed.
+TEST_F(FilesTest, ChownToTheSameOwnerMovesCtime) {
+  WriteFile(P("owned"), "x");
+  struct stat before;
+  ASSERT_EQ(stat(P("owned").c_str(), &before), 0);
+  usleep(20000);
+  ASSERT_EQ(chown(P("owned").c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(-1)), 0);
+  struct stat after;
+  ASSERT_EQ(stat(P("owned").c_str(), &after), 0);
+  EXPECT_GT(after.st_ctim.tv_sec * 1000000000LL + after.st_ctim.tv_nsec,
+            before.st_ctim.tv_sec * 1000000000LL + before.st_ctim.tv_nsec);
+  EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(after.st_uid, before.st_uid);
+  EXPECT_EQ(after.st_mode, before.st_mode);
+}
+
 // A reader that opens with O_NOATIME (a backup, a checksum scan) must not make a file look
 // recently used to an atime-based evictor.
 TEST_F(FilesTest, NoatimeReadLeavesAtime) {
