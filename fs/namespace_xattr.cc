@@ -63,6 +63,9 @@ Status Namespace::ChangeXattrOnce(uint64_t ino, std::string_view name,
     } else {
       if (exists && (flags & XATTR_CREATE)) return Status::Error(EEXIST, "xattr exists");
       if (!exists && (flags & XATTR_REPLACE)) return Status::Error(ENODATA, "no such xattr");
+      // The value it already has: nothing changes, not even ctime (as on ext4), and nothing
+      // is written (a connector tagging every file it reads costs no transaction).
+      if (exists && at->value == *value) return Status::Ok();
       if (exists) {
         at->value.assign(*value);
       } else {

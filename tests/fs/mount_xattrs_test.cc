@@ -105,6 +105,26 @@ TEST_F(XattrsTest, SetGetListRemoveWithTheirErrors) {
   for (const std::string& n : List(P("f"))) EXPECT_EQ(n.rfind("user.kvfs.", 0), std::string::npos);
 }
 
+// Setting the value an xattr already has changes nothing, not even ctime, as on ext4; another
+// value moves ctime. Before, every setxattr moved ctime (and wrote the record again).
+TEST_F(XattrsTest, SettingTheSameValueMovesNoCtime) {
+  WriteFile(P("tagged"), "data");
+  ASSERT_EQ(Set(P("tagged"), "user.tag", "v1"), 0);
+  const timespec first = Ctime(P("tagged"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(Set(P("tagged"), "user.tag", "v1"), 0);
+  EXPECT_EQ(Set(P("tagged"), "user.tag", "v1", XATTR_REPLACE), 0);
+  EXPECT_EQ(Set(P("tagged"), "user.tag", "v1", XATTR_CREATE), EEXIST);
+  const timespec same = Ctime(P("tagged"));
+  EXPECT_EQ(same.tv_sec, first.tv_sec);
+  EXPECT_EQ(same.tv_nsec, first.tv_nsec);
+  EXPECT_EQ(Set(P("tagged"), "user.tag", "v2"), 0);
+  const timespec moved = Ctime(P("tagged"));
+  EXPECT_TRUE(moved.tv_sec > first.tv_sec ||
+              (moved.tv_sec == first.tv_sec && moved.tv_nsec > first.tv_nsec));
+  EXPECT_EQ(Get(P("tagged"), "user.tag"), "v2");
+}
+
 TEST_F(XattrsTest, XattrsFollowTheFileAndSurviveARestart) {
   // Set while the first version is still being written: it goes with the publish.
   const int fd = open(P("w").c_str(), O_CREAT | O_WRONLY, 0644);
