@@ -1,6 +1,9 @@
 // Recovery: rebuilds the index from the newest checkpoint that verifies plus the journals after
 // it. What it could not use is skipped, never trusted, and reported (RecoveryDamage):
-//  - a checkpoint that does not verify: the one before it is used, with more journal;
+//  - a checkpoint that is not whole (a block or its header fails its checksum): the newest
+//    whole one before it is used, with more journal; when none is whole, the verified blocks
+//    of each are laid over the journals before it (Salvage), so only records damaged in
+//    every kept copy are lost;
 //  - a damaged record in the middle of a journal: only that record is lost;
 //  - a torn tail of the last journal (a crash during an append): cut off, as expected.
 // So one flipped bit costs at most the changes one record described, and the engine starts.
