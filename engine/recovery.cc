@@ -170,7 +170,10 @@ Status Salvage(FileSystem& fs, const std::string& dir, std::vector<LoadedCheckpo
                "no checkpoint verifies: replaying every journal there is; files that only "
                "a checkpoint described are lost");
   }
+  // Appends go on in the newest journal from `from` on; when there is none (its creation did
+  // not finish), in a new one, not at the end of one replayed before the checkpoint.
   st.journal_number = from;
+  st.journal_valid_bytes = 0;
   return ReplayJournals(fs, dir, journals, from, UINT64_MAX, st, sequence);
 }
 

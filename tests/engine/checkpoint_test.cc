@@ -338,5 +338,19 @@ TEST_F(BothCheckpointsDamagedTest, AnOlderCheckpointThatCannotBeReadLeavesTheJou
   ExpectRecoveredAllBut(lost);
 }
 
+// The newest checkpoint's journal never made it (a crash right after the checkpoint): appends
+// go on in a new journal of that number, not at the end of the journal replayed before it.
+TEST_F(BothCheckpointsDamagedTest, WithoutTheNewestJournalAppendsStartANewOne) {
+  ASSERT_EQ(::unlink((dir_.path() + "/" + Journal::FileName(2)).c_str()), 0);
+  expected_.erase(4000);
+  FlipBody(2, newer_[0]);
+  FlipBody(1, older_.back());
+  auto st = Recover(Fs(), dir_.path());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->records.size(), expected_.size());
+  EXPECT_EQ(st->journal_number, 2u);
+  EXPECT_EQ(st->journal_valid_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace kvfs
